@@ -1,0 +1,1 @@
+"""AutoByte for MXNet: the kvstore registered as 'autobyte' (parameter server)."""

@@ -1,0 +1,1 @@
+"""AutoByte for TensorFlow/Keras: AutoByteStrategy (all-reduce)."""

@@ -1,0 +1,177 @@
+"""The one typed source of truth for AutoByte's settings.
+
+Precedence, lowest first: the defaults below, ``AUTOBYTE_*`` environment variables, keyword
+arguments. Every value is validated here, so the scheduler and the adapters can trust a Config.
+Sizes may be given as ints (bytes) or strings ("4MiB", "512KiB", "4MB").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from common.errors import ConfigError
+from common.units import format_bytes, parse_bytes
+
+__all__ = ["ENV_PREFIX", "Config", "known_env_vars"]
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "AUTOBYTE_"
+MIN_PARTITION_BYTES = 4 * 1024
+MAX_PARTITION_BYTES = 1024**3
+MAX_CREDIT_BYTES = 16 * 1024**3
+TUNERS = ("none", "default", "grid", "bayesian", "meta")
+
+# AUTOBYTE_* variables read elsewhere (not Config fields); listed so a typo can be reported.
+_OTHER_ENV_VARS = {
+    "AUTOBYTE_SECRET",
+    "AUTOBYTE_COORDINATOR",
+    "AUTOBYTE_LOG_DIR",
+    "AUTOBYTE_META_MODEL",
+    "AUTOBYTE_TESTBED_PREFIX",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """Scheduling knobs and tuning policy.
+
+    partition_bytes: a gradient larger than this is split into chunks of at most this size.
+    credit_bytes: bytes allowed in flight at once (the sliding window); >= partition_bytes.
+    scheduling: False sends each tensor whole, in framework order, with no credit (a baseline).
+    tuner: which tuner proposes new configurations while training runs.
+    window_steps: steps per statistics window (the paper uses 10).
+    gain_threshold: predicted relative gain needed before a reconfiguration (paper: 5%).
+    adapt_threshold: relative prediction error that triggers online adaptation (paper: 10%).
+    """
+
+    partition_bytes: int = 1024 * 1024
+    credit_bytes: int = 4 * 1024 * 1024
+    scheduling: bool = True
+    tuner: str = "meta"
+    window_steps: int = 10
+    gain_threshold: float = 0.05
+    adapt_threshold: float = 0.10
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _PARSERS[f.name](getattr(self, f.name), f.name))
+        if self.credit_bytes < self.partition_bytes:
+            raise ConfigError(
+                "credit_bytes must be >= partition_bytes (the window must hold one chunk), but "
+                f"got credit_bytes={self.credit_bytes} ({format_bytes(self.credit_bytes)}) < "
+                f"partition_bytes={self.partition_bytes} ({format_bytes(self.partition_bytes)})"
+            )
+
+    @property
+    def credit_multiple(self) -> float:
+        """Credit as a multiple of the partition size (the paper's 1x..16x)."""
+        return self.credit_bytes / self.partition_bytes
+
+    def replace(self, **changes: Any) -> Config:
+        """A validated copy with some fields changed."""
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+        _check_names(data)
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Defaults, overlaid by ``AUTOBYTE_*`` variables, overlaid by keyword ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key, raw in env.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX):].lower()
+            if name in fields:
+                values[name] = raw
+            elif key not in _OTHER_ENV_VARS:
+                log.warning("ignoring unknown environment variable %s; known: %s",
+                            key, ", ".join(known_env_vars()))
+        _check_names(overrides)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def describe(self) -> str:
+        return (f"partition={format_bytes(self.partition_bytes)} "
+                f"credit={format_bytes(self.credit_bytes)} ({self.credit_multiple:.3g}x)"
+                + ("" if self.scheduling else " scheduling=off"))
+
+
+def known_env_vars() -> list[str]:
+    names = {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Config)}
+    return sorted(names | _OTHER_ENV_VARS)
+
+
+def _check_names(values: Mapping[str, Any]) -> None:
+    fields = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {unknown}; allowed: {sorted(fields)}")
+
+
+def _size_in(low: int, high: int) -> Callable[[Any, str], int]:
+    def parse(value: Any, name: str) -> int:
+        size = parse_bytes(value, name)
+        if not low <= size <= high:
+            raise ConfigError(
+                f"{name} must be between {low} ({format_bytes(low)}) and {high} "
+                f"({format_bytes(high)}) bytes, but got {name}={value!r}"
+            )
+        return size
+    return parse
+
+
+def _parse_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true/false (or 1/0, on/off), but got {name}={value!r}")
+
+
+def _parse_choice(choices: tuple[str, ...]) -> Callable[[Any, str], str]:
+    def parse(value: Any, name: str) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ConfigError(f"{name} must be one of {list(choices)}, but got {name}={value!r}")
+        return text
+    return parse
+
+
+def _number_in(kind: type, low: float, high: float) -> Callable[[Any, str], Any]:
+    def parse(value: Any, name: str) -> Any:
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a {kind.__name__}, but got {name}={value!r}") from None
+        if isinstance(value, bool) or not low <= number <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, but got {name}={value!r}")
+        return number
+    return parse
+
+
+_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "partition_bytes": _size_in(MIN_PARTITION_BYTES, MAX_PARTITION_BYTES),
+    "credit_bytes": _size_in(MIN_PARTITION_BYTES, MAX_CREDIT_BYTES),
+    "scheduling": _parse_bool,
+    "tuner": _parse_choice(TUNERS),
+    "window_steps": _number_in(int, 1, 10_000),
+    "gain_threshold": _number_in(float, 0.0, 10.0),
+    "adapt_threshold": _number_in(float, 0.0, 10.0),
+}
