@@ -159,7 +159,8 @@ def _number_in(kind: type, low: float, high: float) -> Callable[[Any, str], Any]
         try:
             number = kind(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a {kind.__name__}, but got {name}={value!r}") from None
+            msg = f"{name} must be a {kind.__name__}, but got {name}={value!r}"
+            raise ConfigError(msg) from None
         if isinstance(value, bool) or not low <= number <= high:
             raise ConfigError(f"{name} must be between {low} and {high}, but got {name}={value!r}")
         return number

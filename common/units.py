@@ -7,6 +7,7 @@ converted only at the boundary (CLI flags, keyword arguments, AUTOBYTE_* variabl
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from common.errors import ConfigError
 
@@ -27,7 +28,7 @@ _RATE_UNITS = {
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def _split(text: str, name: str, units: dict[str, float], example: str) -> tuple[float, float]:
+def _split(text: str, name: str, units: Mapping[str, float], example: str) -> tuple[float, float]:
     match = _NUMBER_UNIT.match(text)
     if match is None or match.group(2).lower() not in units:
         allowed = ", ".join(sorted(u for u in units if u))
