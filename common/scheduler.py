@@ -4,7 +4,8 @@ The adapters feed it real events (a gradient became ready, a chunk finished on t
 the simulator feeds it modelled ones. The scheduler never blocks and never touches a transport:
 it calls ``start(chunk)`` when a chunk is admitted and expects ``done(chunk)`` later.
 
-Order: ready chunks wait in a heap keyed by (step, layer in forward order, chunk index).
+Order: ready chunks wait in a heap keyed by (step, layer in forward order, chunk index,
+arrival), so front layers jump ahead and ties keep the order in which chunks became ready.
 Credit: a chunk starts only while bytes in flight plus its size stay within ``credit_bytes``;
 when nothing is in flight one chunk starts even if it is larger than the credit.
 Reconfiguration: ``reconfigure`` stores the new Config; ``begin_step`` applies it, so chunks
@@ -131,6 +132,7 @@ class Scheduler:
             self._step = self._step + 1 if step is None else step
             if self._pending is not None:
                 self._config, self._pending = self._pending, None
+                self._admit_locked(self._clock())
             config = self._config
         self._dispatch()  # a larger credit may admit queued chunks at once
         return config
@@ -145,10 +147,7 @@ class Scheduler:
             sizes = [task.nbytes]
         chunks, offset, step = [], 0, self._step
         for index, size in enumerate(sizes):
-            chunk = Chunk(task, step, index, len(sizes), offset, size)
-            if config.scheduling:
-                chunk.key = (step, task.layer, index, 0)
-            chunks.append(chunk)
+            chunks.append(Chunk(task, step, index, len(sizes), offset, size))
             offset += size
         return chunks
 
@@ -160,8 +159,11 @@ class Scheduler:
                 if chunk.state != "planned":
                     raise SchedulerError(f"ready() on {chunk!r}: it is already {chunk.state}")
                 chunk.state, chunk.t_ready = "queued", now
-                if not self._config.scheduling:  # FIFO, in the order the framework gave
-                    chunk.key = (chunk.step, 0, 0, next(self._seq))
+                seq = next(self._seq)  # ties (a layer's weight and bias) go in arrival order
+                if self._config.scheduling:
+                    chunk.key = (chunk.step, chunk.task.layer, chunk.index, seq)
+                else:  # FIFO, in the order the framework gave
+                    chunk.key = (chunk.step, 0, 0, seq)
                 heapq.heappush(self._heap, (chunk.key, chunk))
                 self._queued_count += 1
             self._admit_locked(now)

@@ -1,0 +1,73 @@
+import logging
+
+import pytest
+
+from common.config import Config, known_env_vars
+from common.errors import ConfigError
+
+
+def test_defaults_are_valid_and_credit_holds_a_partition() -> None:
+    config = Config()
+    assert config.credit_bytes >= config.partition_bytes
+    assert config.credit_multiple == config.credit_bytes / config.partition_bytes
+
+
+def test_sizes_accept_strings() -> None:
+    config = Config(partition_bytes="512KiB", credit_bytes="2MiB")
+    assert (config.partition_bytes, config.credit_bytes) == (512 * 1024, 2 * 2**20)
+    assert config.credit_multiple == 4
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"partition_bytes": -1}, r"partition_bytes must be between 4096 .* got partition_bytes=-1"),
+    ({"partition_bytes": 0}, "partition_bytes=0"),
+    ({"partition_bytes": "2GiB"}, "partition_bytes='2GiB'"),
+    ({"partition_bytes": "1MiB", "credit_bytes": "512KiB"}, "credit_bytes must be >= partition"),
+    ({"credit_bytes": "1TiB"}, "credit_bytes"),
+    ({"tuner": "genetic"}, r"tuner must be one of \['none', 'default'"),
+    ({"scheduling": "maybe"}, "scheduling must be true/false"),
+    ({"window_steps": 0}, "window_steps must be between 1"),
+    ({"gain_threshold": "x"}, "gain_threshold must be a float"),
+])
+def test_invalid_values_name_the_value_and_the_range(kwargs: dict[str, object],
+                                                     message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(**kwargs)  # type: ignore[arg-type]
+
+
+def test_env_overlay_then_keywords_win() -> None:
+    env = {"AUTOBYTE_PARTITION_BYTES": "256KiB", "AUTOBYTE_CREDIT_BYTES": "1MiB",
+           "AUTOBYTE_SCHEDULING": "off", "AUTOBYTE_TUNER": "Bayesian", "PATH": "/bin"}
+    config = Config.from_env(env)
+    assert config.partition_bytes == 256 * 1024
+    assert config.credit_bytes == 2**20
+    assert config.scheduling is False
+    assert config.tuner == "bayesian"
+    assert Config.from_env(env, credit_bytes="4MiB", tuner=None).credit_bytes == 4 * 2**20
+
+
+def test_env_errors_name_the_variable_value() -> None:
+    with pytest.raises(ConfigError, match="partition_bytes='lots'"):
+        Config.from_env({"AUTOBYTE_PARTITION_BYTES": "lots"})
+
+
+def test_unknown_env_variable_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        Config.from_env({"AUTOBYTE_PARTITON_BYTES": "1MiB"})
+    assert "AUTOBYTE_PARTITON_BYTES" in caplog.text
+    assert "AUTOBYTE_PARTITION_BYTES" in known_env_vars()
+
+
+def test_unknown_keyword_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="unknown option"):
+        Config.from_env({}, partition=1)
+    with pytest.raises(ConfigError, match="unknown option"):
+        Config().replace(credit=1)
+
+
+def test_dict_round_trip_and_replace_validates() -> None:
+    config = Config(partition_bytes="2MiB", credit_bytes="8MiB", scheduling=False)
+    assert Config.from_dict(config.to_dict()) == config
+    with pytest.raises(ConfigError):
+        config.replace(credit_bytes="1MiB")
+    assert "2MiB" in config.describe() and "4x" in config.describe()
