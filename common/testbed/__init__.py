@@ -1,0 +1,24 @@
+"""The emulated cluster: hosts in network namespaces on one shaped switch (root), or loopback.
+
+    with Testbed(hosts=3, rate="1gbit") as tb:
+        subprocess.run(tb.wrap(tb.hosts[1], ["python", "train.py"]))
+        tb.set_rate("100mbit", host=1)
+"""
+
+from common.testbed._registry import destroy, records, sweep
+from common.testbed._schedule import RateStep, ScheduleRunner, parse_schedule
+from common.testbed._testbed import DEFAULT_BASE, MAX_HOSTS, Host, Testbed, parse_seconds
+
+__all__ = [
+    "DEFAULT_BASE",
+    "MAX_HOSTS",
+    "Host",
+    "RateStep",
+    "ScheduleRunner",
+    "Testbed",
+    "destroy",
+    "parse_schedule",
+    "parse_seconds",
+    "records",
+    "sweep",
+]
