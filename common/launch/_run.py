@@ -1,0 +1,200 @@
+"""Run a job's processes: stream prefixed output, stop everything on failure/timeout/Ctrl-C.
+
+Every process starts in its own session (process group), so stopping it also stops whatever
+it spawned: SIGTERM to the group, then SIGKILL after a grace period. After the job ends, every
+group is sent SIGKILL once more, so nothing a process forked can outlive the launch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from common.errors import LaunchError
+
+__all__ = ["STDOUT", "Job", "LaunchResult", "ProcessResult", "Writable", "run_job"]
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_EXIT = 124
+_POLL_S = 0.05
+
+
+class Writable(Protocol):
+    def write(self, text: str, /) -> object: ...
+    def flush(self) -> object: ...
+
+
+class _CurrentStdout:
+    """Whatever ``sys.stdout`` is when output arrives (pytest and notebooks replace it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def __repr__(self) -> str:
+        return "sys.stdout"
+
+
+STDOUT: Writable = _CurrentStdout()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    """``returncode`` as Popen reports it (negative: killed by that signal)."""
+
+    name: str
+    returncode: int | None
+    output: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+    """``returncode``: 0, the first failure's exit code (128+N for signal N), or 124 on timeout."""
+
+    returncode: int
+    processes: dict[str, ProcessResult]
+    failed: str | None
+    timed_out: bool
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One process to start: ``primary`` processes decide when the job is done (workers)."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    primary: bool
+    keep_stdin: bool = False
+
+
+def exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Running:
+    def __init__(self, job: Job, cwd: str | None, sink: _Sink) -> None:
+        self.job = job
+        self.lines: list[str] = []
+        try:
+            self.popen = subprocess.Popen(
+                list(job.argv), env=dict(job.env), cwd=cwd, start_new_session=True,
+                stdin=subprocess.PIPE if job.keep_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise LaunchError(f"cannot start {job.name}: {shlex.join(job.argv)}: {exc}") from exc
+        self.reader = threading.Thread(target=self._read, args=(sink,), daemon=True,
+                                       name=f"launch-{job.name}")
+        self.reader.start()
+
+    def _read(self, sink: _Sink) -> None:
+        assert self.popen.stdout is not None
+        prefix = f"[{self.job.name}] "
+        for raw in iter(self.popen.stdout.readline, b""):
+            line = raw.decode(errors="replace")
+            self.lines.append(line)
+            sink.write(prefix + (line if line.endswith("\n") else line + "\n"))
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM and self.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def result(self) -> ProcessResult:
+        self.reader.join(timeout=5.0)
+        return ProcessResult(self.job.name, self.popen.returncode, "".join(self.lines))
+
+
+class _Sink:
+    def __init__(self, stream: Writable | None) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        with self.lock, contextlib.suppress(ValueError, OSError):
+            self.stream.write(text)
+            self.stream.flush()
+
+
+def _stop(running: Sequence[_Running], grace: float) -> None:
+    alive = [r for r in running if r.popen.poll() is None]
+    for r in alive:
+        r.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(r.popen.poll() is None for r in alive) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    for r in running:
+        r.signal_group(signal.SIGKILL)
+    for r in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            r.popen.wait(timeout=grace)
+
+
+def run_job(jobs: Sequence[Job], *, cwd: str | None = None, timeout: float | None = None,
+            stream: Writable | None = None, grace: float = 5.0,
+            linger: float = 30.0) -> LaunchResult:
+    """Start ``jobs``; return when all exit, one fails, or ``timeout`` passes.
+
+    Once every primary process (worker) has exited 0, the others (scheduler, servers) get
+    ``linger`` seconds to exit by themselves before they are stopped without counting as a
+    failure.
+    """
+    sink = _Sink(stream)
+    running: list[_Running] = []
+    failed: str | None = None
+    code = 0
+    timed_out = False
+    start = time.monotonic()
+    try:
+        for job in jobs:
+            running.append(_Running(job, cwd, sink))
+        done_at: float | None = None
+        while True:
+            for r in running:
+                rc = r.popen.poll()
+                if rc is not None and rc != 0 and failed is None:
+                    failed, code = r.job.name, exit_code(rc)
+                    log.error("launch: %s exited with %d; stopping the job", failed, code)
+            if failed is not None or all(r.popen.poll() is not None for r in running):
+                break
+            now = time.monotonic()
+            if timeout is not None and now - start > timeout:
+                timed_out, code = True, TIMEOUT_EXIT
+                log.error("launch: timeout after %.0f s; stopping the job", timeout)
+                break
+            primaries = [r for r in running if r.job.primary]
+            if done_at is None and all(r.popen.poll() == 0 for r in primaries):
+                done_at = now
+            if done_at is not None and now - done_at > linger:
+                log.warning("launch: %s still running %.0f s after the workers finished; "
+                            "stopping them", [r.job.name for r in running
+                                              if r.popen.poll() is None], linger)
+                break
+            time.sleep(_POLL_S)
+    finally:
+        _stop(running, grace)
+    results = {r.job.name: r.result() for r in running}
+    return LaunchResult(returncode=code, processes=results, failed=failed, timed_out=timed_out,
+                        elapsed=time.monotonic() - start)
