@@ -39,6 +39,15 @@ HOST_DEV = "eth0"
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
+def default_base() -> str:
+    """Namespace name base: AUTOBYTE_TESTBED_PREFIX (e.g. one per engineer or CI job) or abt."""
+    base = os.environ.get("AUTOBYTE_TESTBED_PREFIX", DEFAULT_BASE)
+    if not _registry.NAME_RE.match(base) or len(base) > 5:
+        raise ConfigError("AUTOBYTE_TESTBED_PREFIX must be 2-5 lowercase letters/digits starting "
+                          f"with a letter, got {base!r}")
+    return base
+
+
 def _euid() -> int:
     """Indirection so unit tests can simulate a non-root user."""
     return os.geteuid()
@@ -88,8 +97,10 @@ class Testbed:
     ``rate`` sets upload and download of every host; ``up``/``down`` override one direction.
     ``latency`` (seconds or "5ms") and ``loss`` (percent) are added on each host's upload with
     netem, so host-to-host one-way delay is ``latency``. ``prefix`` names the namespaces
-    (default: ``abt`` plus 5 random characters, unique per testbed). ``persistent`` testbeds
-    (``autobyte testbed up``) outlive this process until ``autobyte testbed down``.
+    (default: ``abt`` or AUTOBYTE_TESTBED_PREFIX, plus 5 random characters: unique per
+    testbed; leftovers of crashed runs with the same base are swept at start).
+    ``persistent`` testbeds (``autobyte testbed up``) outlive this process until
+    ``autobyte testbed down``.
     """
 
     def __init__(self, *, hosts: int, rate: float | str | None = None,
@@ -161,7 +172,7 @@ class Testbed:
             _registry.destroy(prefix)
             return prefix
         while True:
-            name = DEFAULT_BASE + "".join(secrets.choice(_ALPHABET) for _ in range(5))
+            name = default_base() + "".join(secrets.choice(_ALPHABET) for _ in range(5))
             clash = any(ns.startswith(name + "-") for ns in existing)
             if not clash and not _registry.record_path(name).exists():
                 return name
@@ -187,7 +198,7 @@ class Testbed:
         }
 
     def _create(self, count: int, prefix: str | None) -> None:
-        _registry.sweep(prefix or DEFAULT_BASE)
+        _registry.sweep(prefix or default_base())
         self.name = self._pick_name(prefix)
         self.subnet = self._pick_subnet()
         self.hosts = [Host(f"h{i}", f"{self.subnet}.{i + 1}", f"{self.name}-h{i}", i)

@@ -1,0 +1,155 @@
+"""``autobyte testbed up|rate|status|down|bench``: an emulated cluster that outlives the shell.
+
+``up`` creates a persistent testbed and records it in /run/autobyte/<name>.json, so ``rate``,
+``status``, ``down`` and ``autobyte launch --testbed <name>`` work from any other shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any
+
+from common.errors import ConfigError, TestbedError
+from common.testbed import Testbed, destroy, records
+from common.units import format_rate
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "testbed", help="emulated cluster: hosts in network namespaces with shaped links",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    up = sub.add_parser("up", help="create a testbed that stays until `down`")
+    up.add_argument("--hosts", type=int, required=True, help="number of emulated hosts")
+    _add_rates(up)
+    up.add_argument("--latency", help="added one-way delay per host upload, e.g. 5ms (netem)")
+    up.add_argument("--loss", type=float, help="packet loss %% per host upload (netem)")
+    up.add_argument("--name", help="testbed name (default: abt + 5 random characters)")
+    up.set_defaults(func=_up)
+
+    rate = sub.add_parser("rate", help="change rates now, or follow a schedule")
+    _add_which(rate)
+    rate.add_argument("--host", help="host index or name (default: all hosts)")
+    _add_rates(rate)
+    rate.add_argument("--schedule", help="RATE:SECONDS,... e.g. '10gbit:20,3gbit:20' (runs "
+                      "in the foreground until Ctrl-C)")
+    rate.add_argument("--once", action="store_true", help="run the schedule once, no repeat")
+    rate.set_defaults(func=_rate)
+
+    status = sub.add_parser("status", help="show testbeds, hosts and rates")
+    status.add_argument("--testbed", help="name or state file (default: all)")
+    status.set_defaults(func=_status)
+
+    down = sub.add_parser("down", help="delete testbeds (namespaces, links, processes)")
+    down.add_argument("names", nargs="*", help="testbed names (default: the only one)")
+    down.add_argument("--all", action="store_true", help="every recorded testbed")
+    down.set_defaults(func=_down)
+
+    bench = sub.add_parser("bench", help="measure achieved TCP throughput and rate-change "
+                           "latency on a fresh 2-host testbed")
+    bench.add_argument("--rates", default="100mbit,1gbit", help="rates to measure")
+    bench.add_argument("--seconds", type=float, default=3.0, help="length of each flow")
+    bench.set_defaults(func=_bench)
+
+
+def _add_rates(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", help="upload and download rate, e.g. 1gbit")
+    parser.add_argument("--up", help="upload rate (overrides --rate)")
+    parser.add_argument("--down", help="download rate (overrides --rate)")
+
+
+def _add_which(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--testbed", help="name or state file (default: the only one)")
+
+
+def _the_one(name: str | None) -> str:
+    if name:
+        return name
+    names = [str(r["name"]) for r in records()]
+    if len(names) != 1:
+        raise ConfigError(f"say which testbed with --testbed; running: {names or 'none'}")
+    return names[0]
+
+
+def _up(args: argparse.Namespace) -> int:
+    tb = Testbed(hosts=args.hosts, rate=args.rate, up=args.up, down=args.down,
+                 latency=args.latency, loss=args.loss, prefix=args.name, persistent=True)
+    print(tb.describe())
+    if tb.shaped:
+        print(f"state: /run/autobyte/{tb.name}.json   (autobyte testbed down {tb.name})")
+        return 0
+    print("not shaped: nothing to keep up (run as root)", file=sys.stderr)
+    return 1
+
+
+def _rate(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(_the_one(args.testbed))
+    host = int(args.host) if args.host and args.host.isdigit() else args.host
+    if args.schedule:
+        runner = tb.run_schedule(args.schedule, host=host, repeat=not args.once)
+        try:
+            while not runner.wait(0.5):
+                pass
+        finally:
+            runner.stop()
+        if runner.error is not None:
+            raise TestbedError(str(runner.error))
+        return 0
+    tb.set_rate(args.rate, up=args.up, down=args.down, host=host)
+    print(tb.describe())
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    names = [args.testbed] if args.testbed else [str(r["name"]) for r in records()]
+    if not names:
+        print("no testbeds")
+    for name in names:
+        try:
+            print(Testbed.attach(name).describe())
+        except TestbedError as exc:
+            print(f"testbed {name}: {exc}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    names = ([str(r["name"]) for r in records()] if args.all
+             else args.names or [_the_one(None)])
+    failed = {name: left for name in names if (left := destroy(name))}
+    for name in names:
+        print(f"testbed {name}: " + ("NOT fully removed: " + ", ".join(failed[name])
+                                     if name in failed else "down"))
+    return 1 if failed else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from common.testbed._measure import measure_flow
+
+    rates = [r.strip() for r in args.rates.split(",") if r.strip()]
+    print(f"{'set rate':>10} {'achieved':>12} {'ratio':>6}")
+    with Testbed(hosts=2, rate=rates[0]) as tb:
+        if not tb.shaped:
+            return 1
+        for rate in rates:
+            tb.set_rate(rate)
+            flow = measure_flow(tb, 0, 1, seconds=args.seconds)
+            target = tb.rates(0)[0] or 0.0
+            print(f"{format_rate(target):>10} {format_rate(flow.rate()):>12} "
+                  f"{flow.rate() / target:>6.3f}")
+        if len(rates) >= 2:
+            low, high = rates[0], rates[-1]
+            for old, new in ((low, high), (high, low)):
+                tb.set_rate(old)
+                flow = measure_flow(tb, 0, 1, seconds=args.seconds,
+                                    change=functools.partial(tb.set_rate, new))
+                target = tb.rates(0)[0] or 0.0
+                settle = flow.settle_time(target)
+                shown = "never" if settle is None else f"{settle * 1e3:.0f} ms"
+                print(f"rate change {old} -> {new}: within 15% of the new rate after {shown} "
+                      "(200 ms windows)")
+    return 0
