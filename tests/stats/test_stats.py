@@ -1,0 +1,130 @@
+"""Windows: bucketing, Table II features, JSON round trip, validation, merging."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.config import Config
+from common.errors import ControlError
+from common.stats import Observation, StatsCollector, Window, merge_windows
+
+
+def _collect(rank: int = 0, num_workers: int = 2, steps: range = range(20), *,
+             config: Config | None = None, warmup: int = 0) -> list[Window]:
+    out: list[Window] = []
+    c = StatsCollector(rank=rank, num_workers=num_workers, config=config or Config(),
+                       model="resnet50", arch="ps", window_steps=10,
+                       warmup_after_change=warmup, on_window=out.append)
+    c.set_layer_bytes([400, 800, 1200])
+    for s in steps:
+        c.record_step(s, 32, 0.1 * (rank + 1), layer_backward_s=[0.01, 0.02, 0.03],
+                      bytes_up=1000, bytes_down=2000)
+    c.flush()
+    return out
+
+
+def test_windows_are_aligned_buckets_with_table_ii_features() -> None:
+    windows = _collect(rank=1)
+    assert [(w.first_step, w.last_step, w.steps) for w in windows] == [(0, 9, 10), (10, 19, 10)]
+    w = windows[0]
+    assert w.speed == pytest.approx(32 / 0.2)
+    assert (w.partition_bytes, w.credit_bytes, w.num_workers, w.num_layers) == (
+        Config().partition_bytes, Config().credit_bytes, 2, 3)
+    assert (w.model, w.arch) == ("resnet50", "ps")
+    assert w.layer_backward_s == pytest.approx((0.01, 0.02, 0.03))
+    assert w.layer_bytes == (400, 800, 1200)
+    assert w.bandwidth_up == pytest.approx(8 * 10_000 / 2.0)
+    assert w.bandwidth_down == pytest.approx(8 * 20_000 / 2.0)
+
+
+def test_start_mid_bucket_and_flush_gives_partial_windows() -> None:
+    windows = _collect(steps=range(5, 23))
+    assert [(w.first_step, w.last_step) for w in windows] == [(5, 9), (10, 19), (20, 22)]
+
+
+def test_config_change_closes_window_and_warmup_is_excluded() -> None:
+    out: list[Window] = []
+    c = StatsCollector(rank=0, num_workers=1, config=Config(), window_steps=10,
+                       on_window=out.append)
+    for s in range(10):
+        c.record_step(s, 10, 5.0 if s == 0 else 1.0)
+    new = Config(partition_bytes="512KiB", credit_bytes="1MiB")
+    for s in range(10, 14):
+        c.record_step(s, 10, 1.0)
+    c.set_config(new, step=14)
+    for s in range(14, 20):
+        c.record_step(s, 10, 9.0 if s == 14 else 2.0)
+    assert [(w.first_step, w.steps, w.warmup_steps) for w in out] == [(0, 9, 1), (10, 4, 0),
+                                                                      (14, 5, 1)]
+    assert out[0].speed == pytest.approx(10.0)
+    assert out[2].config == new and out[2].speed == pytest.approx(5.0)
+    assert out[2].step_time_max_s == 2.0
+
+
+def test_layer_times_only_from_sampled_steps() -> None:
+    out: list[Window] = []
+    c = StatsCollector(rank=0, num_workers=1, config=Config(), window_steps=4,
+                       warmup_after_change=0, on_window=out.append)
+    c.record_step(0, 1, 0.1, layer_backward_s=[1.0, 3.0])
+    c.record_step(1, 1, 0.1)
+    c.record_step(2, 1, 0.1, layer_backward_s=[3.0, 5.0])
+    c.record_step(3, 1, 0.1)
+    c.record_step(4, 1, 0.1)
+    c.flush()
+    assert out[0].layer_backward_s == pytest.approx((2.0, 4.0)) and out[0].layer_steps == 2
+    assert out[1].layer_backward_s == () and out[1].layer_steps == 0
+
+
+def test_json_round_trip() -> None:
+    w = _collect()[0]
+    text = json.dumps(w.to_dict())
+    back = Window.from_dict(json.loads(text))
+    assert back == w
+    assert json.loads(text)["version"] == 1
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(version=99),
+    lambda d: d.pop("samples"),
+    lambda d: d.update(samples="many"),
+    lambda d: d.update(elapsed_s=float("nan")),
+    lambda d: d.update(arch="ring"),
+    lambda d: d.update(rank=5),
+    lambda d: d["config"].update(partition_bytes=-1),
+    lambda d: d["config"].update(evil=1),
+])
+def test_malformed_window_is_rejected(mutate) -> None:  # type: ignore[no-untyped-def]
+    d = json.loads(json.dumps(_collect()[0].to_dict()))
+    mutate(d)
+    with pytest.raises(ControlError):
+        Window.from_dict(d)
+
+
+def test_merge_gives_per_worker_rows_in_rank_order() -> None:
+    w0 = _collect(rank=0)[0]
+    w1 = _collect(rank=1)[0]
+    obs = merge_windows([w1, w0])
+    assert obs.ranks == (0, 1) and obs.complete
+    assert obs.speed_per_worker == pytest.approx((320.0, 160.0))
+    assert obs.speed == pytest.approx(480.0)
+    assert obs.step_time_s == pytest.approx(0.2)
+    assert len(obs.layer_backward_s) == 2 and obs.num_layers == 3
+    assert Observation.from_dict(json.loads(json.dumps(obs.to_dict()))) == obs
+
+
+def test_merge_refuses_disagreeing_windows() -> None:
+    w0 = _collect(rank=0)[0]
+    w1 = _collect(rank=1, config=Config(partition_bytes="64KiB", credit_bytes="64KiB"))[0]
+    with pytest.raises(ControlError, match="disagree on config"):
+        merge_windows([w0, w1])
+    with pytest.raises(ControlError, match="same worker"):
+        merge_windows([w0, w0])
+
+
+def test_bad_collector_arguments_name_the_value() -> None:
+    with pytest.raises(ValueError, match="rank=3"):
+        StatsCollector(rank=3, num_workers=2, config=Config())
+    with pytest.raises(ValueError, match="arch='ring'"):
+        StatsCollector(rank=0, num_workers=1, config=Config(), arch="ring")
