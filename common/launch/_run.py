@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from common.errors import LaunchError
@@ -152,6 +152,29 @@ def _stop(running: Sequence[_Running], grace: float) -> None:
             r.popen.wait(timeout=grace)
 
 
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise SystemExit while the job runs, so ``finally`` stops the processes
+    (they run in their own sessions and would otherwise outlive a terminated launcher)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mine = [sig for sig in (signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in mine:
+        signal.signal(sig, _raise_exit)
+    try:
+        yield
+    finally:
+        for sig in mine:
+            if signal.getsignal(sig) is _raise_exit:
+                signal.signal(sig, signal.SIG_DFL)
+
+
 def run_job(jobs: Sequence[Job], *, cwd: str | None = None, timeout: float | None = None,
             stream: Writable | None = None, grace: float = 5.0,
             linger: float = 30.0) -> LaunchResult:
@@ -159,42 +182,45 @@ def run_job(jobs: Sequence[Job], *, cwd: str | None = None, timeout: float | Non
 
     Once every primary process (worker) has exited 0, the others (scheduler, servers) get
     ``linger`` seconds to exit by themselves before they are stopped without counting as a
-    failure.
+    failure. Ctrl-C and SIGTERM stop every process, then propagate.
     """
     sink = _Sink(stream)
     running: list[_Running] = []
-    failed: str | None = None
-    code = 0
-    timed_out = False
     start = time.monotonic()
-    try:
-        for job in jobs:
-            running.append(_Running(job, cwd, sink))
-        done_at: float | None = None
-        while True:
-            for r in running:
-                rc = r.popen.poll()
-                if rc is not None and rc != 0 and failed is None:
-                    failed, code = r.job.name, exit_code(rc)
-                    log.error("launch: %s exited with %d; stopping the job", failed, code)
-            if failed is not None or all(r.popen.poll() is not None for r in running):
-                break
-            now = time.monotonic()
-            if timeout is not None and now - start > timeout:
-                timed_out, code = True, TIMEOUT_EXIT
-                log.error("launch: timeout after %.0f s; stopping the job", timeout)
-                break
-            primaries = [r for r in running if r.job.primary]
-            if done_at is None and all(r.popen.poll() == 0 for r in primaries):
-                done_at = now
-            if done_at is not None and now - done_at > linger:
-                log.warning("launch: %s still running %.0f s after the workers finished; "
-                            "stopping them", [r.job.name for r in running
-                                              if r.popen.poll() is None], linger)
-                break
-            time.sleep(_POLL_S)
-    finally:
-        _stop(running, grace)
+    with _terminate_raises():
+        try:
+            for job in jobs:
+                running.append(_Running(job, cwd, sink))
+            failed, code, timed_out = _supervise(running, start, timeout, linger)
+        finally:
+            _stop(running, grace)
     results = {r.job.name: r.result() for r in running}
     return LaunchResult(returncode=code, processes=results, failed=failed, timed_out=timed_out,
                         elapsed=time.monotonic() - start)
+
+
+def _supervise(running: Sequence[_Running], start: float, timeout: float | None,
+               linger: float) -> tuple[str | None, int, bool]:
+    """Poll until the job is over; returns (first failed name, exit code, timed out)."""
+    failed: str | None = None
+    code = 0
+    done_at: float | None = None
+    while True:
+        for r in running:
+            rc = r.popen.poll()
+            if rc is not None and rc != 0 and failed is None:
+                failed, code = r.job.name, exit_code(rc)
+                log.error("launch: %s exited with %d; stopping the job", failed, code)
+        if failed is not None or all(r.popen.poll() is not None for r in running):
+            return failed, code, False
+        now = time.monotonic()
+        if timeout is not None and now - start > timeout:
+            log.error("launch: timeout after %g s; stopping the job", timeout)
+            return None, TIMEOUT_EXIT, True
+        if done_at is None and all(r.popen.poll() == 0 for r in running if r.job.primary):
+            done_at = now
+        if done_at is not None and now - done_at > linger:
+            log.warning("launch: %s still running %g s after the workers finished; stopping "
+                        "them", [r.job.name for r in running if r.popen.poll() is None], linger)
+            return None, 0, False
+        time.sleep(_POLL_S)

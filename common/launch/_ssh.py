@@ -17,7 +17,7 @@ __all__ = ["DEFAULT_SSH", "remote_argv", "remote_script"]
 DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 
 _TEMPLATE = """\
-{cd}{env} setsid {argv} </dev/null &
+{cd}{env}setsid {argv} </dev/null &
 pid=$!
 ( while read -r _; do :; done; kill -TERM -- -$pid 2>/dev/null; sleep 3; \
 kill -KILL -- -$pid 2>/dev/null ) >/dev/null 2>&1 &
@@ -33,7 +33,7 @@ def remote_script(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) 
     """POSIX sh that runs ``argv`` with ``env`` in ``cwd`` and dies with the channel."""
     cd = f"cd {shlex.quote(cwd)} || exit 127\n" if cwd else ""
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return _TEMPLATE.format(cd=cd, env=f"env {assignments}" if assignments else "",
+    return _TEMPLATE.format(cd=cd, env=f"env {assignments} " if assignments else "",
                             argv=shlex.join(argv))
 
 

@@ -103,6 +103,8 @@ class Testbed:
     ``autobyte testbed down``.
     """
 
+    __test__ = False  # not a pytest test class despite the name
+
     def __init__(self, *, hosts: int, rate: float | str | None = None,
                  up: float | str | None = None, down: float | str | None = None,
                  latency: float | str | None = None, loss: float | None = None,
@@ -155,7 +157,6 @@ class Testbed:
         message = (f"AutoByte testbed: {reason}; falling back to plain loopback: all {count} "
                    f"hosts are {LOOPBACK} and links are NOT shaped (run as root for emulated, "
                    "shaped links)")
-        log.warning("%s", message)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         self.name = self.name or "loopback"
         self.hosts = [Host(f"h{i}", LOOPBACK, None, i) for i in range(count)]
@@ -265,7 +266,6 @@ class Testbed:
         if not self.shaped:
             message = ("AutoByte testbed: set_rate ignored: the loopback fallback has no "
                        "shaped links (run as root)")
-            log.warning("%s", message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             return
         self._check_open()

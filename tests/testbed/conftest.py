@@ -1,0 +1,22 @@
+"""Fixtures for the testbed and launcher tests.
+
+Every test session uses its own namespace base (AUTOBYTE_TESTBED_PREFIX, set in tb_helpers), so
+these tests only ever see, sweep or delete namespaces they created, never another engineer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from tb_helpers import our_netns, our_records, root_links
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """Fail the test if it leaves a namespace, a state record or a root-namespace link."""
+    links = root_links()
+    yield
+    assert our_netns() == [], "namespaces left behind"
+    assert our_records() == [], "testbed records left behind"
+    assert root_links() == links, "links in the root namespace changed"
