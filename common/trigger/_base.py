@@ -1,0 +1,65 @@
+"""The optimization trigger's contract: given what was observed and what is predicted, decide.
+
+Separate deciding from doing: the tuner proposes candidates (with predicted speeds when it has
+a model), the trigger decides whether switching is worth it, the adapters apply. A trigger is
+called once per window measured under the configuration in force, and keeps its own memory
+(cooldown, recently left configurations), so it is one object per job.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal
+
+from common.config import Config
+
+__all__ = ["Action", "Candidate", "Trigger", "Verdict", "knobs"]
+
+Action = Literal["stay", "switch", "explore"]
+
+
+def knobs(config: Config) -> tuple[int, int, bool]:
+    """What makes two configurations different to the network: (S_p, S_c, scheduling)."""
+    return (config.partition_bytes, config.credit_bytes, config.scheduling)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A configuration the tuner offers; ``predicted`` speed in samples/s, None if unknown."""
+
+    config: Config
+    predicted: float | None = None
+    source: str = "tuner"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the trigger decided, and why (the decision log records every Verdict).
+
+    action: stay (keep ``config``), switch (a measured or predicted better one) or explore
+        (a candidate nobody can predict yet, tried for one window).
+    gain: predicted relative gain of the best candidate over the current configuration.
+    error: relative error |predicted - observed| / observed for the configuration in force.
+    adapt: the predictor should adapt online (its error stayed above adapt_threshold).
+    """
+
+    action: Action
+    config: Config
+    reason: str
+    gain: float | None = None
+    error: float | None = None
+    adapt: bool = False
+
+
+class Trigger(abc.ABC):
+    """Decides once per window; implementations are small, one file per policy."""
+
+    @abc.abstractmethod
+    def decide(self, *, current: Config, observed: float, predicted_current: float | None,
+               candidates: Sequence[Candidate]) -> Verdict:
+        """One window of ``current`` ran at ``observed`` samples/s; switch to a candidate?"""
+
+    def reset(self) -> None:  # noqa: B027 - optional hook; stateless policies need nothing
+        """Forget the past (e.g. after the environment changed and the tuner restarted)."""

@@ -1,0 +1,132 @@
+"""The AutoByte paper's optimization trigger (§III-C), with hysteresis and cooldown added.
+
+Switch only when the best candidate's predicted gain exceeds ``gain_threshold`` (paper: 5%),
+so the job does not wander around the optimum chasing prediction noise. Request online
+adaptation of the predictor when its relative error on the configuration in force exceeds
+``adapt_threshold`` (paper: 10%) for ``adapt_patience`` windows in a row (one noisy window is
+not a changed environment). Three additions make oscillation impossible rather than unlikely:
+a cooldown (``cooldown_windows`` windows on a new configuration before the next switch),
+hysteresis that grows with every return (going back to a configuration left k times needs
+``gain_threshold + hysteresis * 2**(k-1)``, so bounded noise can flip the job only a few times
+in the whole run; departures are remembered for ``memory_windows`` windows, by default until
+``reset()``, which the coordinator calls when the environment changed and the tuner adapts),
+and confirmation of marginal gains (a gain below twice what is needed must be predicted in two
+consecutive windows; a large one switches at once).
+Exploring a candidate nobody can predict yet (a search tuner's proposal) is neither: each
+configuration is explored once, after which it has a measured speed.
+
+The gain is measured against the predicted speed of the configuration in force while the
+predictor is accurate (a bias shared by all candidates cancels), and against the observed
+speed when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from common.config import Config
+from common.errors import ConfigError
+from common.trigger._base import Candidate, Trigger, Verdict, knobs
+
+__all__ = ["ThresholdTrigger"]
+
+
+class ThresholdTrigger(Trigger):
+    def __init__(self, *, gain_threshold: float = 0.05, adapt_threshold: float = 0.10,
+                 hysteresis: float = 0.05, cooldown_windows: int = 2,
+                 memory_windows: int | None = None, adapt_patience: int = 2,
+                 explore: bool = True) -> None:
+        for name, value in (("gain_threshold", gain_threshold),
+                            ("adapt_threshold", adapt_threshold), ("hysteresis", hysteresis)):
+            if not 0.0 <= value <= 10.0:
+                raise ConfigError(f"{name} must be between 0 and 10, got {name}={value!r}")
+        for name, count in (("cooldown_windows", cooldown_windows),
+                            ("memory_windows", memory_windows or 0),
+                            ("adapt_patience", adapt_patience)):
+            if count < (1 if name == "adapt_patience" else 0):
+                raise ConfigError(f"{name} must be >= {int(name == 'adapt_patience')}, "
+                                  f"got {name}={count!r}")
+        self.gain_threshold = gain_threshold
+        self.adapt_threshold = adapt_threshold
+        self.hysteresis = hysteresis
+        self.cooldown_windows = cooldown_windows
+        self.memory_windows = memory_windows
+        self.adapt_patience = adapt_patience
+        self.explore = explore
+        self.reset()
+
+    def reset(self) -> None:
+        self._window = 0
+        self._since_switch = self.cooldown_windows
+        self._misses = 0
+        self._left: dict[tuple[int, int, bool], tuple[int, int]] = {}
+        self._pending: tuple[int, int, bool] | None = None
+
+    def decide(self, *, current: Config, observed: float, predicted_current: float | None,
+               candidates: Sequence[Candidate]) -> Verdict:
+        self._window += 1
+        self._since_switch += 1
+        error, adapt = self._check_prediction(observed, predicted_current)
+        if observed <= 0:
+            return Verdict("stay", current, "no measured steps in this window", error=error,
+                           adapt=adapt)
+        others = [c for c in candidates if knobs(c.config) != knobs(current)]
+        known = [c for c in others if c.predicted is not None]
+        accurate = error is not None and error <= self.adapt_threshold
+        baseline = predicted_current if accurate and predicted_current else observed
+        best = max(known, key=lambda c: c.predicted or 0.0, default=None)
+        gain = None if best is None else (best.predicted or 0.0) / baseline - 1.0
+        if best is not None and gain is not None:
+            needed = self.gain_threshold + self._extra(best)
+            pending, self._pending = self._pending, None
+            if gain > needed:
+                if self._since_switch <= self.cooldown_windows:
+                    left = self.cooldown_windows - self._since_switch + 1
+                    return Verdict("stay", current, f"cooldown: {left} more window(s) before "
+                                   f"switching (best predicts {gain:+.1%})", gain, error, adapt)
+                if gain < 2 * needed and pending != knobs(best.config):
+                    self._pending = knobs(best.config)
+                    return Verdict("stay", current, f"{best.source} predicts {gain:+.1%} > "
+                                   f"{needed:.1%}: confirm in the next window", gain, error, adapt)
+                return self._switch("switch", current, best, gain, error, adapt,
+                                    f"{best.source} predicts {gain:+.1%} > {needed:.1%}")
+        unknown = [c for c in others if c.predicted is None]
+        if unknown and self.explore:
+            return self._switch("explore", current, unknown[0], gain, error, adapt,
+                                f"{unknown[0].source}'s proposal has no prediction yet: "
+                                "measure it for one window")
+        if best is None:
+            return Verdict("stay", current, "no other candidate", None, error, adapt)
+        return Verdict("stay", current, f"best candidate predicts {gain:+.1%}, not above "
+                       f"{self.gain_threshold:.1%}", gain, error, adapt)
+
+    def _check_prediction(self, observed: float,
+                          predicted: float | None) -> tuple[float | None, bool]:
+        if predicted is None or observed <= 0:
+            return None, False
+        error = abs(predicted - observed) / observed
+        self._misses = self._misses + 1 if error > self.adapt_threshold else 0
+        if self._misses >= self.adapt_patience:
+            self._misses = 0
+            return error, True
+        return error, False
+
+    def _remembered(self, left_at: int) -> bool:
+        return self.memory_windows is None or self._window - left_at <= self.memory_windows
+
+    def _extra(self, candidate: Candidate) -> float:
+        """Hysteresis for returning to ``candidate``: doubles with every recent departure."""
+        at, times = self._left.get(knobs(candidate.config), (0, 0))
+        if not times or not self._remembered(at):
+            return 0.0
+        return self.hysteresis * 2.0 ** (times - 1)
+
+    def _switch(self, action: str, current: Config, to: Candidate, gain: float | None,
+                error: float | None, adapt: bool, reason: str) -> Verdict:
+        if action == "explore":
+            return Verdict("explore", to.config, reason, gain, error, adapt)
+        at, times = self._left.get(knobs(current), (0, 0))
+        recent = times and self._remembered(at)
+        self._left[knobs(current)] = (self._window, times + 1 if recent else 1)
+        self._since_switch = 0
+        return Verdict("switch", to.config, reason, gain, error, adapt)

@@ -1,0 +1,190 @@
+"""Trigger policies: gain threshold, adaptation requests, hysteresis, cooldown, no oscillation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from common.config import Config
+from common.errors import ConfigError
+from common.trigger import Candidate, ThresholdTrigger, create, knobs
+
+A = Config(partition_bytes="1MiB", credit_bytes="4MiB")
+B = Config(partition_bytes="256KiB", credit_bytes="2MiB")
+C = Config(partition_bytes="4MiB", credit_bytes="16MiB")
+
+
+def test_switches_only_above_gain_threshold() -> None:
+    t = ThresholdTrigger(gain_threshold=0.05, cooldown_windows=0)
+    v = t.decide(current=A, observed=100, predicted_current=100,
+                 candidates=[Candidate(B, 104.0)])
+    assert v.action == "stay" and v.config == A and "+4.0%" in v.reason
+    v = t.decide(current=A, observed=100, predicted_current=100,
+                 candidates=[Candidate(B, 104.0), Candidate(C, 112.0)])
+    assert v.action == "switch" and v.config == C and v.gain == pytest.approx(0.12)
+
+
+def test_marginal_gain_must_be_confirmed_in_the_next_window() -> None:
+    t = ThresholdTrigger(gain_threshold=0.05, cooldown_windows=0)
+    first = t.decide(current=A, observed=100, predicted_current=100,
+                     candidates=[Candidate(B, 107.0)])
+    assert first.action == "stay" and "confirm" in first.reason
+    second = t.decide(current=A, observed=100, predicted_current=100,
+                      candidates=[Candidate(B, 107.0)])
+    assert second.action == "switch" and second.config == B
+    # An unconfirmed marginal gain (noise) is forgotten.
+    t2 = ThresholdTrigger(gain_threshold=0.05, cooldown_windows=0)
+    for predicted in (107.0, 101.0, 107.0):
+        v = t2.decide(current=A, observed=100, predicted_current=100,
+                      candidates=[Candidate(B, predicted)])
+        assert v.action == "stay"
+
+
+def test_gain_is_relative_to_predicted_current_so_bias_cancels() -> None:
+    t = ThresholdTrigger(cooldown_windows=0)
+    # The model over-predicts everything by 8% (within adapt_threshold): no spurious switch.
+    v = t.decide(current=A, observed=100, predicted_current=108,
+                 candidates=[Candidate(B, 110.0)])
+    assert v.action == "stay" and v.gain == pytest.approx(110 / 108 - 1)
+
+
+def test_adaptation_requested_after_patience_windows_of_large_error() -> None:
+    t = ThresholdTrigger(adapt_threshold=0.10, adapt_patience=2)
+    v1 = t.decide(current=A, observed=100, predicted_current=130, candidates=[])
+    v2 = t.decide(current=A, observed=100, predicted_current=130, candidates=[])
+    v3 = t.decide(current=A, observed=100, predicted_current=105, candidates=[])
+    assert (v1.adapt, v2.adapt, v3.adapt) == (False, True, False)
+    assert v2.error == pytest.approx(0.3)
+    one = ThresholdTrigger(adapt_patience=1)
+    assert one.decide(current=A, observed=100, predicted_current=89, candidates=[]).adapt
+
+
+def test_when_predictor_is_off_gain_uses_observed_speed() -> None:
+    t = ThresholdTrigger(cooldown_windows=0)
+    v = t.decide(current=A, observed=100, predicted_current=200,
+                 candidates=[Candidate(B, 150.0)])
+    assert v.action == "switch" and v.gain == pytest.approx(0.5)
+
+
+def test_cooldown_blocks_switch_right_after_a_switch() -> None:
+    t = ThresholdTrigger(cooldown_windows=2, hysteresis=0.0)
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 120.0)]).action == "switch"
+    actions = [t.decide(current=B, observed=120, predicted_current=120,
+                        candidates=[Candidate(C, 150.0)]).action for _ in range(3)]
+    assert actions == ["stay", "stay", "switch"]
+
+
+def test_hysteresis_makes_going_back_harder() -> None:
+    t = ThresholdTrigger(gain_threshold=0.05, hysteresis=0.05, cooldown_windows=0)
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 111.0)]).action == "switch"
+    for _ in range(3):
+        back = t.decide(current=B, observed=100, predicted_current=100,
+                        candidates=[Candidate(A, 108.0)])
+        assert back.action == "stay"
+    assert t.decide(current=B, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 121.0)]).action == "switch"
+    # Leaving B a second time within memory doubles the extra needed to return to it.
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 130.0)]).action == "switch"
+    assert t.decide(current=B, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 118.0)]).action == "stay"
+
+
+def test_unknown_candidate_is_explored_without_cooldown_or_hysteresis() -> None:
+    t = ThresholdTrigger(cooldown_windows=3)
+    v = t.decide(current=A, observed=100, predicted_current=None, candidates=[Candidate(B)])
+    assert v.action == "explore" and v.config == B
+    # B measured worse; A (measured 100) is 25% better: go back at once.
+    v = t.decide(current=B, observed=80, predicted_current=None,
+                 candidates=[Candidate(C), Candidate(A, 100.0, "history")])
+    assert v.action == "switch" and v.config == A
+    quiet = ThresholdTrigger(explore=False).decide(
+        current=A, observed=100, predicted_current=None, candidates=[Candidate(B)])
+    assert quiet.action == "stay"
+
+
+@pytest.mark.parametrize(("amplitude", "most"), [(0.04, 2), (0.09, 5)])
+@pytest.mark.parametrize("period", [2, 4, 7, 20, 50])
+def test_noisy_oscillating_speeds_never_oscillate(period: int, amplitude: float,
+                                                  most: int) -> None:
+    """A and B are equally fast, but the current one looks slower and the other faster in
+    antiphase swings (apparent gains up to ~8% or ~20%): a bare 5% threshold would flip every
+    few windows for all 300 windows; here the number of switches is bounded."""
+    t = ThresholdTrigger()
+    current, switches = A, 0
+    for w in range(300):
+        swing = amplitude * math.sin(2 * math.pi * w / period + 0.3)
+        other = B if knobs(current) == knobs(A) else A
+        v = t.decide(current=current, observed=100.0 * (1 - swing),
+                     predicted_current=100.0 * (1 - swing),
+                     candidates=[Candidate(other, 100.0 * (1 + swing))])
+        if v.action != "stay":
+            switches += 1
+            current = v.config
+    assert switches <= most
+
+
+def test_bare_threshold_would_oscillate_under_the_same_noise() -> None:
+    """The test above is meaningful: without cooldown, hysteresis and confirmation it fails."""
+    t = ThresholdTrigger(cooldown_windows=0, hysteresis=0.0, gain_threshold=0.025)
+    current, switches = A, 0
+    for w in range(300):
+        swing = 0.09 * math.sin(2 * math.pi * w / 4 + 0.3)
+        other = B if knobs(current) == knobs(A) else A
+        v = t.decide(current=current, observed=100.0 * (1 - swing),
+                     predicted_current=100.0 * (1 - swing),
+                     candidates=[Candidate(other, 100.0 * (1 + swing))])
+        if v.action != "stay":
+            switches += 1
+            current = v.config
+    assert switches > 50
+
+
+def test_memory_expires_and_reset_forgets() -> None:
+    t = ThresholdTrigger(cooldown_windows=0, memory_windows=2)
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 120.0)]).action == "switch"
+    for _ in range(3):
+        t.decide(current=B, observed=100, predicted_current=100, candidates=[])
+    assert t.decide(current=B, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 111.0)]).action == "switch"
+    t.reset()
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 111.0)]).action == "switch"
+
+
+def test_real_gain_still_wins_under_noise() -> None:
+    t = ThresholdTrigger()
+    v = None
+    for w in range(5):
+        swing = 0.03 * (-1) ** w
+        v = t.decide(current=A, observed=100 * (1 + swing), predicted_current=100,
+                     candidates=[Candidate(B, 130.0 * (1 - swing))])
+        if v.action == "switch":
+            break
+    assert v is not None and v.action == "switch" and v.config == B
+
+
+def test_no_measurement_means_stay() -> None:
+    v = ThresholdTrigger().decide(current=A, observed=0.0, predicted_current=None,
+                                  candidates=[Candidate(B, 1e9)])
+    assert v.action == "stay" and "no measured" in v.reason
+
+
+def test_other_policies_and_factory() -> None:
+    assert create("never").decide(current=A, observed=1, predicted_current=None,
+                                  candidates=[Candidate(B, 1e9)]).action == "stay"
+    v = create("always").decide(current=A, observed=1, predicted_current=None,
+                                candidates=[Candidate(A), Candidate(B)])
+    assert v.action == "switch" and v.config == B
+    t = create("threshold", config=Config(gain_threshold=0.2))
+    assert isinstance(t, ThresholdTrigger) and t.gain_threshold == 0.2
+    with pytest.raises(ConfigError, match="trigger='sometimes'"):
+        create("sometimes")
+    with pytest.raises(ConfigError, match="cooldown_windows"):
+        ThresholdTrigger(cooldown_windows=-1)
+    with pytest.raises(ConfigError, match=r"gain_threshold=-0\.1"):
+        ThresholdTrigger(gain_threshold=-0.1)
