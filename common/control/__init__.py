@@ -1,0 +1,59 @@
+"""The control plane: workers report statistics, a coordinator decides, the adapters apply.
+
+For adapter authors, the whole API on each worker::
+
+    from common.control import TuningAgent
+    agent = TuningAgent(rank=rank, num_workers=n, config=config, model="resnet50",
+                        arch="ps",                          # or "allreduce"
+                        endpoint="tcp://<rank 0's host>:<port>")
+    agent.set_layer_bytes(grad_bytes_in_forward_order)      # once
+    # every step, after it finished (microseconds; layer times only on sampled steps):
+    agent.record_step(step, samples, step_time_s, layer_backward_s=times_or_None,
+                      bytes_up=sent, bytes_down=received)
+    decision = agent.poll()                # Decision(id, step, config) or None; never blocks
+    # ... agree on (decision.id, decision.step, decision.config) through the adapter's own
+    # channel, switch at decision.step on every worker, then:
+    agent.set_config(decision.config, step=decision.step)   # or agent.applied(decision)
+    agent.close()                          # optional: also runs at exit; idempotent
+
+Rank 0 hosts the coordinator on a daemon thread (bound to ``endpoint``) unless
+``AUTOBYTE_COORDINATOR`` names an external one (``autobyte coordinator --bind ...``); then
+every worker connects there. Messages are JSON with a schema version, HMAC-SHA256-signed with
+``AUTOBYTE_SECRET`` (``ensure_secret()`` makes one per job for launchers); forged, replayed,
+stale and malformed messages are dropped and logged. Decisions name a step at least
+``lead_steps`` (default one window) ahead, on a window boundary. If the coordinator goes away,
+``poll`` keeps returning None, training keeps the configuration in force, and the agent says so
+once. Nothing here blocks the training thread or keeps the process alive at exit.
+"""
+
+from common.control._agent import COORDINATOR_ENV, TuningAgent
+from common.control._coordinator import Coordinator
+from common.control._decision import Decision
+from common.control._loop import TunerLike, TuningLoop
+from common.control._tuners import make_tuner
+from common.control._wire import (
+    SECRET_ENV,
+    WIRE_VERSION,
+    Message,
+    Signer,
+    Verifier,
+    ensure_secret,
+    secret_from_env,
+)
+
+__all__ = [
+    "COORDINATOR_ENV",
+    "SECRET_ENV",
+    "WIRE_VERSION",
+    "Coordinator",
+    "Decision",
+    "Message",
+    "Signer",
+    "TunerLike",
+    "TuningAgent",
+    "TuningLoop",
+    "Verifier",
+    "ensure_secret",
+    "make_tuner",
+    "secret_from_env",
+]

@@ -1,0 +1,200 @@
+"""TuningAgent: everything an adapter needs on one worker, in three calls.
+
+It owns the statistics collector and the link to the coordinator, and on rank 0 (by default)
+also hosts the coordinator on a background thread. Nothing it does can stop training: with no
+secret, no tuner or no coordinator it keeps collecting, says why once, and ``poll`` returns
+None. Its threads are daemons, its sockets linger 0, ``close`` is idempotent and runs at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zmq
+
+from common.config import Config
+from common.control._coordinator import Coordinator
+from common.control._decision import Decision
+from common.control._link import Link
+from common.control._loop import TunerLike
+from common.control._tuners import make_tuner
+from common.control._wire import SECRET_ENV, Signer, Verifier, secret_from_env
+from common.decision_log import DecisionLog, default_log_path
+from common.errors import ConfigError, ControlError
+from common.stats import StatsCollector, Window
+from common.trigger import Trigger
+
+__all__ = ["COORDINATOR_ENV", "TuningAgent"]
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"
+
+
+class TuningAgent:
+    """See ``common.control`` for the adapter-facing summary."""
+
+    def __init__(self, *, rank: int, num_workers: int, config: Config, model: str = "unknown",
+                 arch: str = "allreduce", endpoint: str | None = None,
+                 host_coordinator: bool | None = None, secret: bytes | str | None = None,
+                 tuner: TunerLike | None = None, trigger: Trigger | None = None,
+                 decision_log: str | os.PathLike[str] | None = None,
+                 lead_steps: int | None = None, heartbeat_s: float = 1.0,
+                 dead_after_s: float = 10.0, max_age_s: float = 60.0,
+                 environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.rank, self.num_workers = rank, num_workers
+        self._config = config
+        self._inbox: collections.deque[Decision] = collections.deque()
+        self._seen: tuple[str, int] = ("", 0)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._link: Link | None = None
+        self._ctx: zmq.Context[Any] | None = None
+        self.coordinator: Coordinator | None = None
+        self.last_step = -1
+        self._collector = StatsCollector(rank=rank, num_workers=num_workers, config=config,
+                                         model=model, arch=arch, on_window=self._send_window)
+        self.enabled = False
+        self.why_disabled = ""
+        if config.tuner == "none":
+            self._disable("tuner='none'")
+            return
+        external = env.get(COORDINATOR_ENV, "")
+        endpoint = endpoint or external or None
+        host = (rank == 0 and not external) if host_coordinator is None else host_coordinator
+        if endpoint is None:
+            if not (host and num_workers == 1):
+                raise ConfigError(f"the coordinator's address is unknown: pass endpoint= "
+                                  f"(e.g. 'tcp://<rank 0 host>:5599') or set {COORDINATOR_ENV}")
+            endpoint = "tcp://127.0.0.1:*"
+        key = secret.encode() if isinstance(secret, str) else secret
+        key = key or secret_from_env(env)
+        if key is None and host and num_workers == 1:
+            key = os.urandom(32)
+        if key is None:
+            self._disable(f"{SECRET_ENV} is not set (launch with `autobyte launch`, which sets "
+                          "one per job, or export the same random value to every process)")
+            return
+        try:
+            if host:
+                self.coordinator = Coordinator(
+                    bind=endpoint, num_workers=num_workers, config=config, secret=key,
+                    tuner=tuner if tuner is not None else make_tuner(config.tuner),
+                    trigger=trigger, lead_steps=lead_steps, heartbeat_s=heartbeat_s,
+                    max_age_s=max_age_s, tuner_name=config.tuner,
+                    decision_log=DecisionLog(decision_log or default_log_path()),
+                ).start()
+                endpoint = self.coordinator.endpoint
+        except ControlError as exc:
+            self._disable(str(exc))
+            return
+        self._ctx = zmq.Context()
+        self._link = Link(
+            ctx=self._ctx, endpoint=endpoint,
+            signer=Signer(secret=key, sender=f"worker{rank}"),
+            verifier=Verifier(secret=key, max_age_s=max_age_s, accept=("decision", "heartbeat")),
+            hello={"rank": rank, "num_workers": num_workers, "config": config.to_dict()},
+            heartbeat_s=heartbeat_s, dead_after_s=dead_after_s,
+            on_decision=self._on_decision, describe_config=lambda: self._config.describe())
+        self._link.start()
+        self.enabled = True
+        atexit.register(self.close)
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force on this worker (as last told by ``set_config``)."""
+        return self._config
+
+    @property
+    def endpoint(self) -> str | None:
+        return None if self._link is None else self._link.endpoint
+
+    @property
+    def coordinator_alive(self) -> bool:
+        return self._link is not None and self._link.alive
+
+    @property
+    def window_steps(self) -> int:
+        return self._collector.window_steps
+
+    def set_layer_bytes(self, layer_bytes: Sequence[int]) -> None:
+        """Gradient bytes per layer in forward order (once, or when the model changes)."""
+        self._collector.set_layer_bytes(layer_bytes)
+
+    def record_step(self, step: int, samples: int, step_time_s: float, *,
+                    layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
+                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0) -> None:
+        """Every step, on the training thread; costs microseconds (benchmarks/stats_bench.py)."""
+        self.last_step = step
+        self._collector.record_step(step, samples, step_time_s,
+                                    layer_backward_s=layer_backward_s, bytes_up=bytes_up,
+                                    bytes_down=bytes_down, comm_s=comm_s)
+
+    def poll(self) -> Decision | None:
+        """The newest decision not returned before, or None. Never blocks."""
+        if not self._inbox:
+            return None
+        decision = self._inbox.pop()
+        self._inbox.clear()
+        if decision.step <= self.last_step:
+            log.warning("decision %d for step %d heard at step %d: too late for that step "
+                        "(the adapters' own agreement decides)", decision.id, decision.step,
+                        self.last_step)
+        return decision
+
+    def set_config(self, config: Config, *, step: int) -> None:
+        """The adapter switched to ``config`` from ``step`` on: new windows measure it."""
+        self._config = config
+        self._collector.set_config(config, step=step)
+
+    def applied(self, decision: Decision) -> None:
+        self.set_config(decision.config, step=decision.step)
+
+    def close(self) -> None:
+        """Stop the link (and the hosted coordinator); idempotent, also runs at exit."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        if self._link is not None:
+            self._link.stop()
+            self._link.join(timeout=1.0)
+            if self._link.is_alive():
+                log.warning("control link did not stop within 1 s; leaving it (daemon)")
+            elif self._ctx is not None:
+                self._ctx.term()
+        if self.coordinator is not None:
+            self.coordinator.close()
+
+    def __enter__(self) -> TuningAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send_window(self, window: Window) -> None:
+        if self._link is not None:
+            self._link.outbox.append(("report", {"window": window.to_dict()}))
+            self._link.wake()
+
+    def _on_decision(self, decision: Decision) -> None:
+        session, last = self._seen
+        if decision.session == session and decision.id <= last:
+            return
+        self._seen = (decision.session, decision.id)
+        self._inbox.append(decision)
+
+    def _disable(self, why: str) -> None:
+        self.why_disabled = why
+        log.warning("live tuning is off on worker %d: %s; training uses %s", self.rank, why,
+                    self._config.describe())

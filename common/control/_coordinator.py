@@ -1,0 +1,205 @@
+"""The coordinator: one ROUTER socket that hears every worker's windows and answers decisions.
+
+It runs on a daemon thread in rank 0's process (``TuningAgent`` starts it) or standalone
+(``autobyte coordinator``, which calls ``run``). It binds in the caller's thread, so an
+address already in use is reported at once, then hands its socket to its own thread; nothing
+else touches the socket. Every ``heartbeat_s`` it sends each known worker a heartbeat with the
+latest decision, so a worker that missed a decision, or joined late, still hears it, and
+workers can tell the coordinator is gone. Windows are merged once every worker has sent the
+same one; an older window still incomplete by then is dropped (a worker was slow or lost it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from common.config import Config
+from common.control._loop import TunerLike, TuningLoop
+from common.control._wire import MAX_MESSAGE_BYTES, Message, Signer, Verifier
+from common.decision_log import DecisionLog
+from common.errors import ConfigError, ControlError
+from common.stats import Window, merge_windows
+from common.trigger import Trigger
+from common.trigger import create as create_trigger
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    def __init__(self, *, bind: str, num_workers: int, config: Config, secret: bytes,
+                 tuner: TunerLike | None = None, trigger: Trigger | None = None,
+                 decision_log: DecisionLog | None = None, lead_steps: int | None = None,
+                 heartbeat_s: float = 1.0, max_age_s: float = 60.0,
+                 exit_when_done: bool = False, tuner_name: str = "") -> None:
+        if num_workers < 1:
+            raise ConfigError(f"num_workers must be >= 1, got num_workers={num_workers}")
+        if not heartbeat_s > 0:
+            raise ConfigError(f"heartbeat_s must be > 0, got heartbeat_s={heartbeat_s!r}")
+        self.num_workers = num_workers
+        self.heartbeat_s = heartbeat_s
+        self.exit_when_done = exit_when_done
+        self._signer = Signer(secret=secret, sender="coordinator")
+        self.verifier = Verifier(secret=secret, max_age_s=max_age_s,
+                                 accept=("hello", "report", "bye"))
+        self.log = decision_log or DecisionLog(None)
+        trig = trigger or create_trigger("threshold", config=config)
+        self.loop = TuningLoop(config=config, tuner=tuner, trigger=trig, decision_log=self.log,
+                               lead_steps=lead_steps, session=self._signer.session)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 4096)
+        self._sock.setsockopt(zmq.SNDHWM, 1000)
+        try:
+            self._sock.bind(bind)
+        except zmq.ZMQError as exc:
+            self._sock.close(0)
+            self._ctx.term()
+            raise ControlError(f"coordinator cannot bind {bind!r}: {exc}") from None
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._peers: dict[bytes, str] = {}
+        self._byes: set[str] = set()
+        self._windows: dict[int, dict[int, Window]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self.log.write("job", {"num_workers": num_workers, "config": config,
+                               "tuner": (tuner_name or type(tuner).__name__) if tuner else "none",
+                               "trigger": type(trig).__name__, "endpoint": self.endpoint,
+                               "session": self._signer.session})
+        log.info("coordinator listening on %s for %d worker(s)", self.endpoint, num_workers)
+
+    def start(self) -> Coordinator:
+        """Serve on a daemon thread (it never keeps the process alive)."""
+        with self._lock:
+            if self._closed or self._thread is not None:
+                return self
+            self._thread = threading.Thread(target=self._serve, name="autobyte-coordinator",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Serve in this thread until ``close`` (another thread), Ctrl-C or, with
+        ``exit_when_done``, every worker said bye."""
+        try:
+            self._serve()
+        finally:
+            self.close()
+
+    @property
+    def done(self) -> bool:
+        return len(self._byes) >= self.num_workers
+
+    def close(self) -> None:
+        """Stop serving and release the socket; idempotent, safe from any thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+            if thread.is_alive():
+                log.warning("coordinator thread did not stop in 2 s; leaving it (daemon)")
+                return
+        elif thread is None and not self._sock.closed:
+            self._sock.close(0)
+        self.log.write("event", {"event": "coordinator_stopped",
+                                 "rejected": dict(self.verifier.rejected)})
+        self.log.close()
+        self._ctx.term()
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        next_beat = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                if poller.poll(timeout=50):
+                    self._drain()
+                if time.monotonic() >= next_beat:
+                    self._broadcast("heartbeat", self._heartbeat())
+                    next_beat = time.monotonic() + self.heartbeat_s
+                if self.exit_when_done and self.done:
+                    log.info("every worker said bye: coordinator exits")
+                    break
+        finally:
+            self._sock.close(0)
+
+    def _drain(self) -> None:
+        for _ in range(1000):
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            identity, rest = frames[0], frames[1:]
+            try:
+                message = self.verifier.verify(rest)
+                self._handle(identity, message)
+            except ControlError as exc:
+                self.verifier.drop(exc, "coordinator")
+
+    def _handle(self, identity: bytes, message: Message) -> None:
+        self._peers[identity] = message.sender
+        if message.type == "hello":
+            self._send(identity, "heartbeat", self._heartbeat())
+        elif message.type == "bye":
+            self._byes.add(message.sender)
+            self.log.write("event", {"event": "bye", "sender": message.sender})
+        elif message.type == "report":
+            window = Window.from_dict(message.body.get("window", {}))
+            if window.num_workers != self.num_workers:
+                raise ControlError(f"malformed: window for {window.num_workers} workers, "
+                                   f"this job has {self.num_workers}")
+            if message.sender != f"worker{window.rank}":
+                raise ControlError(f"malformed: {message.sender} sent rank {window.rank}'s "
+                                   "window")
+            self._add(window)
+
+    def _add(self, window: Window) -> None:
+        bucket = self._windows.setdefault(window.window, {})
+        bucket[window.rank] = window
+        if len(bucket) < self.num_workers:
+            return
+        del self._windows[window.window]
+        for old in [w for w in self._windows if w < window.window]:
+            got = self._windows.pop(old)
+            self.log.write("window", {"window": old, "action": "skip", "workers": len(got),
+                                      "reason": f"incomplete: {len(got)} of "
+                                      f"{self.num_workers} workers reported"})
+        try:
+            observation = merge_windows(list(bucket.values()))
+        except ControlError as exc:
+            log.error("cannot merge window %d: %s", window.window, exc)
+            self.log.write("event", {"event": "merge_error", "window": window.window,
+                                     "error": str(exc)})
+            return
+        decision = self.loop.on_observation(observation)
+        if decision is not None:
+            log.info("decision %d: %s from step %d (%s)", decision.id,
+                     decision.config.describe(), decision.step, decision.reason)
+            self._broadcast("decision", {"decision": decision.to_dict()})
+
+    def _heartbeat(self) -> dict[str, Any]:
+        latest = self.loop.latest
+        return {"latest": None if latest is None else latest.to_dict()}
+
+    def _broadcast(self, type_: str, body: dict[str, Any]) -> None:
+        for identity in list(self._peers):
+            self._send(identity, type_, body)
+
+    def _send(self, identity: bytes, type_: str, body: dict[str, Any]) -> None:
+        try:
+            self._sock.send_multipart([identity, *self._signer.sign(type_, body)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.debug("send to %s failed: %s", self._peers.get(identity), exc)

@@ -1,0 +1,187 @@
+"""The coordinator's decision loop, free of sockets: observation in, decision (or none) out.
+
+Per merged window: tell the tuner what the configuration in force achieved, ask it for a
+proposal, attach predictions (the tuner's own when it has a model, otherwise the speed this
+job measured for that configuration earlier), let the trigger decide, log everything, and
+turn a switch into a Decision at a step far enough ahead that every worker hears it first.
+While a decision is pending (its step not yet reached), windows are observed but not acted on.
+
+Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
+present: ``observe_window(observation)`` (the Table II features, before ``propose``),
+``predict(configs) -> speeds`` (a model: the meta-network), and ``adapt(observations)`` or
+``reset()`` (the trigger saw predictions drift: the environment changed).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import statistics
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from common.config import Config
+from common.control._decision import Decision
+from common.decision_log import DecisionLog
+from common.stats import Observation
+from common.trigger import Candidate, Trigger, Verdict, knobs
+
+__all__ = ["TunerLike", "TuningLoop"]
+
+log = logging.getLogger(__name__)
+
+_Knobs = tuple[int, int, bool]
+
+
+class TunerLike(Protocol):
+    def propose(self) -> Config: ...
+
+    def observe(self, config: Config, speed: float) -> None: ...
+
+
+class TuningLoop:
+    def __init__(self, *, config: Config, tuner: TunerLike | None, trigger: Trigger,
+                 decision_log: DecisionLog | None = None, lead_steps: int | None = None,
+                 session: str = "", history: int = 5) -> None:
+        self.current = config
+        self.tuner = tuner
+        self.trigger = trigger
+        self.log = decision_log or DecisionLog(None)
+        self.window_steps = config.window_steps
+        self.lead_steps = self.window_steps if lead_steps is None else lead_steps
+        self.session = session
+        self.pending: Decision | None = None
+        self.latest: Decision | None = None
+        self._next_id = 1
+        self._history: dict[_Knobs, collections.deque[float]] = {}
+        self._history_len = history
+        self._recent: collections.deque[Observation] = collections.deque(maxlen=20)
+        self._tuner_failures: collections.Counter[str] = collections.Counter()
+
+    def on_observation(self, obs: Observation) -> Decision | None:
+        record: dict[str, Any] = {
+            "window": obs.window, "first_step": obs.first_step, "last_step": obs.last_step,
+            "steps": obs.steps, "config": obs.config, "speed": obs.speed,
+            "speed_per_worker": obs.speed_per_worker, "workers": len(obs.ranks),
+        }
+        if not obs.complete or obs.steps == 0:
+            why = "incomplete window" if not obs.complete else "no measured steps"
+            self.log.write("window", {**record, "action": "skip", "reason": why})
+            return None
+        self._recent.append(obs)
+        self._call("observe", obs.config, obs.speed)
+        if self.pending is not None:
+            if knobs(obs.config) != knobs(self.pending.config):
+                self._remember(obs)
+                self.log.write("window", {**record, "action": "wait", "reason":
+                               f"decision {self.pending.id} applies at step {self.pending.step}"})
+                return None
+            self.current, self.pending = self.pending.config, None
+        elif knobs(obs.config) != knobs(self.current):
+            log.warning("workers report %s but the coordinator expected %s; following them",
+                        obs.config.describe(), self.current.describe())
+            self.current = obs.config
+        if self.tuner is not None:
+            self._call("observe_window", obs)
+        predicted_current = self._predict_current(obs)
+        self._remember(obs)
+        candidates = self._candidates(obs)
+        verdict = self.trigger.decide(current=self.current, observed=obs.speed,
+                                      predicted_current=predicted_current, candidates=candidates)
+        if verdict.adapt:
+            self._adapt()
+        decision = self._decide(obs, verdict)
+        self.log.write("window", {
+            **record, "predicted": predicted_current,
+            "candidates": [{"config": c.config, "predicted": c.predicted, "source": c.source}
+                           for c in candidates],
+            "action": verdict.action, "reason": verdict.reason, "gain": verdict.gain,
+            "error": verdict.error, "adapt": verdict.adapt, "next_config": verdict.config,
+            "decision_id": None if decision is None else decision.id,
+            "target_step": None if decision is None else decision.step,
+        })
+        return decision
+
+    def measured(self, config: Config) -> float | None:
+        """Mean observed speed of ``config`` in this job (recent windows), None if never run."""
+        speeds = self._history.get(knobs(config))
+        return statistics.fmean(speeds) if speeds else None
+
+    def _decide(self, obs: Observation, verdict: Verdict) -> Decision | None:
+        if verdict.action == "stay" or knobs(verdict.config) == knobs(self.current):
+            return None
+        start = obs.last_step + 1 + self.lead_steps
+        step = -(-start // self.window_steps) * self.window_steps
+        new = self.current.replace(partition_bytes=verdict.config.partition_bytes,
+                                   credit_bytes=verdict.config.credit_bytes,
+                                   scheduling=verdict.config.scheduling)
+        decision = Decision(id=self._next_id, step=step, config=new, session=self.session,
+                            reason=f"{verdict.action}: {verdict.reason}", window=obs.window)
+        self._next_id += 1
+        self.pending = self.latest = decision
+        return decision
+
+    def _predict_current(self, obs: Observation) -> float | None:
+        predicted = self._predictions([self.current])
+        if predicted is not None:
+            return predicted[0]
+        return self.measured(self.current)
+
+    def _candidates(self, obs: Observation) -> list[Candidate]:
+        if self.tuner is None:
+            return []
+        proposal = self._call("propose")
+        out: list[Candidate] = []
+        if isinstance(proposal, Config):
+            predicted = self._predictions([proposal])
+            out.append(Candidate(proposal, predicted[0] if predicted else
+                                 self.measured(proposal), "tuner"))
+        best = max(((k, statistics.fmean(v)) for k, v in self._history.items() if v),
+                   key=lambda kv: kv[1], default=None)
+        if best is not None and best[0] not in {knobs(self.current)} | {knobs(c.config)
+                                                                          for c in out}:
+            p, c, s = best[0]
+            config = self.current.replace(partition_bytes=p, credit_bytes=c, scheduling=s)
+            out.append(Candidate(config, best[1], "history"))
+        return out
+
+    def _predictions(self, configs: Sequence[Config]) -> list[float] | None:
+        if self.tuner is None or not callable(getattr(self.tuner, "predict", None)):
+            return None
+        result = self._call("predict", list(configs))
+        try:
+            values = [float(v) for v in result]
+        except (TypeError, ValueError):
+            return None
+        return values if len(values) == len(configs) else None
+
+    def _remember(self, obs: Observation) -> None:
+        key = knobs(obs.config)
+        if key not in self._history:
+            self._history[key] = collections.deque(maxlen=self._history_len)
+        self._history[key].append(obs.speed)
+
+    def _adapt(self) -> None:
+        """Predictions drifted: the environment changed. Old measurements are stale."""
+        self._history.clear()
+        self.trigger.reset()
+        if callable(getattr(self.tuner, "adapt", None)):
+            self._call("adapt", list(self._recent))
+        elif callable(getattr(self.tuner, "reset", None)):
+            self._call("reset")
+        self.log.write("event", {"event": "adapt", "reason": "prediction error above "
+                                 "adapt_threshold; measurements cleared"})
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """Call a tuner hook; a failing tuner must never stop training, so log and go on."""
+        method = getattr(self.tuner, name, None)
+        if method is None:
+            return None
+        try:
+            return method(*args)
+        except Exception as exc:
+            self._tuner_failures[name] += 1
+            if self._tuner_failures[name] <= 3:
+                log.exception("tuner.%s failed; keeping the configuration in force", name)
+            self.log.write("event", {"event": "tuner_error", "hook": name, "error": repr(exc)})
+            return None
