@@ -95,6 +95,10 @@ class Coordinator:
         finally:
             self.close()
 
+    def request_stop(self) -> None:
+        """Ask ``run``/the thread to stop soon (safe in a signal handler); ``close`` after."""
+        self._stop.set()
+
     @property
     def done(self) -> bool:
         return len(self._byes) >= self.num_workers

@@ -1,0 +1,87 @@
+"""``autobyte coordinator``: run the tuning coordinator as its own process.
+
+    export AUTOBYTE_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')
+    autobyte coordinator --bind tcp://10.0.0.1:5599 --workers 4 --tuner bayesian \\
+        --log decisions.jsonl --exit-when-done
+    # every worker: AUTOBYTE_COORDINATOR=tcp://10.0.0.1:5599 and the same AUTOBYTE_SECRET
+
+By default rank 0 of a job runs the coordinator on a thread; run it standalone to keep the
+tuner (e.g. the meta-network) off the training hosts. Workers that lose it keep training with
+the last configuration. Stops on Ctrl-C, SIGTERM or, with --exit-when-done, when every worker
+has said bye.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+from common.config import TUNERS, Config
+from common.control import Coordinator, ensure_secret, make_tuner
+from common.control._wire import SECRET_ENV, secret_from_env
+from common.decision_log import DecisionLog, default_log_path
+from common.trigger import TRIGGERS
+from common.trigger import create as create_trigger
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "coordinator", help="run the tuning coordinator (workers report, it decides)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bind", required=True,
+                        help="ZeroMQ endpoint to listen on, e.g. tcp://10.0.0.1:5599")
+    parser.add_argument("--workers", type=int, required=True, help="workers in the job")
+    parser.add_argument("--tuner", choices=TUNERS, help="default: AUTOBYTE_TUNER or 'meta'")
+    parser.add_argument("--trigger", choices=TRIGGERS, default="threshold")
+    parser.add_argument("--partition", help="initial partition size, e.g. 1MiB")
+    parser.add_argument("--credit", help="initial credit size, e.g. 4MiB")
+    parser.add_argument("--window-steps", type=int, help="steps per statistics window")
+    parser.add_argument("--lead-steps", type=int,
+                        help="a decision applies at least this many steps ahead (default: one "
+                        "window)")
+    parser.add_argument("--seed", type=int, default=0, help="tuner seed")
+    parser.add_argument("--log", help="decision log (JSONL); default "
+                        "$AUTOBYTE_LOG_DIR/decisions-<time>-<pid>.jsonl")
+    parser.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--max-age", type=float, default=60.0, metavar="SECONDS",
+                        help="drop messages whose timestamp is further than this from now")
+    parser.add_argument("--exit-when-done", action="store_true",
+                        help="exit once every worker has said bye")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = Config.from_env(tuner=args.tuner, partition_bytes=args.partition,
+                             credit_bytes=args.credit, window_steps=args.window_steps)
+    secret = secret_from_env()
+    if secret is None:
+        value = ensure_secret()
+        print(f"{SECRET_ENV} was not set; this job's secret (give it to every worker):\n"
+              f"export {SECRET_ENV}={value}", file=sys.stderr, flush=True)
+        secret = value.encode()
+    path = args.log or default_log_path()
+    coordinator = Coordinator(
+        bind=args.bind, num_workers=args.workers, config=config, secret=secret,
+        tuner=make_tuner(config.tuner, seed=args.seed),
+        trigger=create_trigger(args.trigger, config=config) if args.trigger != "threshold"
+        else None,
+        decision_log=DecisionLog(path), lead_steps=args.lead_steps,
+        heartbeat_s=args.heartbeat, max_age_s=args.max_age,
+        exit_when_done=args.exit_when_done, tuner_name=config.tuner)
+    print(f"coordinator on {coordinator.endpoint} for {args.workers} worker(s), tuner "
+          f"{config.tuner}, log {path}", flush=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: coordinator.request_stop())
+    try:
+        coordinator.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    rejected = dict(coordinator.verifier.rejected)
+    print(f"coordinator stopped; rejected messages: {rejected or 'none'}", flush=True)
+    return 0
