@@ -12,8 +12,9 @@ in the whole run; departures are remembered for ``memory_windows`` windows, by d
 ``reset()``, which the coordinator calls when the environment changed and the tuner adapts),
 and confirmation of marginal gains (a gain below twice what is needed must be predicted in two
 consecutive windows; a large one switches at once).
-Exploring a candidate nobody can predict yet (a search tuner's proposal) is neither: each
-configuration is explored once, after which it has a measured speed.
+Exploring a candidate nobody can predict yet (a search tuner's proposal) comes first and is
+subject to none of this: each configuration is explored once, after which it has a measured
+speed, so a search tuner runs its experiments in its own order.
 
 The gain is measured against the predicted speed of the configuration in force while the
 predictor is accurate (a bias shared by all candidates cancels), and against the observed
@@ -76,6 +77,11 @@ class ThresholdTrigger(Trigger):
         baseline = predicted_current if accurate and predicted_current else observed
         best = max(known, key=lambda c: c.predicted or 0.0, default=None)
         gain = None if best is None else (best.predicted or 0.0) / baseline - 1.0
+        unknown = [c for c in others if c.predicted is None]
+        if unknown and self.explore:
+            return self._switch("explore", current, unknown[0], gain, error, adapt,
+                                f"{unknown[0].source}'s proposal has no prediction yet: "
+                                "measure it for one window")
         if best is not None and gain is not None:
             needed = self.gain_threshold + self._extra(best)
             pending, self._pending = self._pending, None
@@ -90,11 +96,6 @@ class ThresholdTrigger(Trigger):
                                    f"{needed:.1%}: confirm in the next window", gain, error, adapt)
                 return self._switch("switch", current, best, gain, error, adapt,
                                     f"{best.source} predicts {gain:+.1%} > {needed:.1%}")
-        unknown = [c for c in others if c.predicted is None]
-        if unknown and self.explore:
-            return self._switch("explore", current, unknown[0], gain, error, adapt,
-                                f"{unknown[0].source}'s proposal has no prediction yet: "
-                                "measure it for one window")
         if best is None:
             return Verdict("stay", current, "no other candidate", None, error, adapt)
         return Verdict("stay", current, f"best candidate predicts {gain:+.1%}, not above "

@@ -97,9 +97,13 @@ def test_unknown_candidate_is_explored_without_cooldown_or_hysteresis() -> None:
     t = ThresholdTrigger(cooldown_windows=3)
     v = t.decide(current=A, observed=100, predicted_current=None, candidates=[Candidate(B)])
     assert v.action == "explore" and v.config == B
-    # B measured worse; A (measured 100) is 25% better: go back at once.
+    # The tuner's next experiment comes before returning to the measured best.
     v = t.decide(current=B, observed=80, predicted_current=None,
                  candidates=[Candidate(C), Candidate(A, 100.0, "history")])
+    assert v.action == "explore" and v.config == C
+    # C measured worse too; A (measured 100) is 25% better: go back at once, no cooldown.
+    v = t.decide(current=C, observed=80, predicted_current=None,
+                 candidates=[Candidate(A, 100.0, "history")])
     assert v.action == "switch" and v.config == A
     quiet = ThresholdTrigger(explore=False).decide(
         current=A, observed=100, predicted_current=None, candidates=[Candidate(B)])

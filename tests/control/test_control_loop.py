@@ -1,0 +1,124 @@
+"""The coordinator's decision loop without sockets: tuners, trigger, pending decisions, log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from control_helpers import observation
+
+from common.config import Config
+from common.control import TuningLoop
+from common.control.testing import PredictingTuner, ScriptedTuner
+from common.decision_log import DecisionLog, read_log
+from common.trigger import ThresholdTrigger, knobs
+
+A = Config(partition_bytes="1MiB", credit_bytes="4MiB")
+B = A.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+C = A.replace(partition_bytes="4MiB", credit_bytes="16MiB")
+SPEED = {knobs(A): 100.0, knobs(B): 150.0, knobs(C): 80.0}
+
+
+def _run(loop: TuningLoop, windows: int, speed: dict[tuple[int, int, bool], float] = SPEED,
+         ) -> list[tuple[int, Config]]:
+    """Drive the loop like a job whose workers switch exactly at each decision's step."""
+    current, pending, applied = loop.current, None, []
+    for w in range(windows):
+        first = w * 10
+        if pending is not None and first >= pending.step:
+            current, pending = pending.config, None
+            applied.append((first, current))
+        decision = loop.on_observation(observation(current, speed[knobs(current)], first))
+        if decision is not None:
+            pending = decision
+    return applied
+
+
+def test_search_tuner_explores_then_returns_to_the_measured_best(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([C, B]), trigger=ThresholdTrigger(),
+                      decision_log=log)
+    applied = _run(loop, 12)
+    log.close()
+    assert [knobs(c) for _, c in applied] == [knobs(C), knobs(B)]
+    assert all(step % 10 == 0 for step, _ in applied)
+    assert loop.current == B and loop.measured(B) == 150.0
+    back = TuningLoop(config=A, tuner=ScriptedTuner([C]), trigger=ThresholdTrigger())
+    assert [knobs(c) for _, c in _run(back, 8)] == [knobs(C), knobs(A)]
+    records = read_log(tmp_path / "d.jsonl")
+    actions = [r["action"] for r in records if r["type"] == "window"]
+    assert actions[:4] == ["explore", "wait", "explore", "wait"] and actions[-1] == "stay"
+    first = next(r for r in records if r["type"] == "window")
+    assert first["candidates"][0]["predicted"] is None and first["target_step"] == 20
+
+
+def test_decision_step_is_a_window_boundary_at_least_lead_steps_ahead() -> None:
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+                      lead_steps=25)
+    decision = loop.on_observation(observation(A, 100.0, 30))
+    assert decision is not None and decision.step == 70 and decision.id == 1
+    assert decision.config.tuner == A.tuner and knobs(decision.config) == knobs(B)
+
+
+def test_predicting_tuner_switches_once_to_the_predicted_best() -> None:
+    tuner = PredictingTuner(SPEED, [A, B, C])
+    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    applied = _run(loop, 10)
+    assert [knobs(c) for _, c in applied] == [knobs(B)]
+
+
+def test_windows_of_old_config_while_decision_pending_are_not_acted_on() -> None:
+    loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
+    assert loop.on_observation(observation(A, 100.0, 0)) is not None
+    assert loop.on_observation(observation(A, 100.0, 10)) is None
+    assert loop.pending is not None
+    loop.on_observation(observation(B, 150.0, 20))
+    assert loop.pending is None and knobs(loop.current) == knobs(B)
+
+
+def test_prediction_drift_requests_adaptation_and_clears_measurements() -> None:
+    truth = dict(SPEED)
+    tuner = PredictingTuner(SPEED, [A, B])
+    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    _run(loop, 4, truth)
+    truth[knobs(B)] = 60.0                      # the network changed: B is now slow
+    loop.on_observation(observation(B, 60.0, 40))
+    loop.on_observation(observation(B, 60.0, 50))
+    assert tuner.adapted == 1 and loop.measured(B) is None
+
+
+def test_search_tuner_reset_on_drift() -> None:
+    tuner = ScriptedTuner([A] * 20)
+    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    for w, speed in enumerate([100, 100, 100, 60, 60]):
+        loop.on_observation(observation(A, speed, w * 10))
+    assert tuner.resets == 1
+
+
+def test_incomplete_or_empty_windows_are_skipped(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+                      decision_log=log)
+    partial = observation(A, 100.0, 0, workers=2)
+    partial = type(partial)(**{**partial.__dict__, "ranks": (0,), "speed_per_worker": (50.0,)})
+    assert loop.on_observation(partial) is None
+    assert loop.on_observation(observation(A, 100.0, 10, steps=0)) is None
+    log.close()
+    assert [r["action"] for r in read_log(tmp_path / "d.jsonl")] == ["skip", "skip"]
+
+
+class BrokenTuner:
+    def propose(self) -> Config:
+        raise RuntimeError("boom")
+
+    def observe(self, config: Config, speed: float) -> None:
+        raise RuntimeError("boom")
+
+
+def test_failing_tuner_never_stops_the_loop(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=BrokenTuner(), trigger=ThresholdTrigger(), decision_log=log)
+    for w in range(3):
+        assert loop.on_observation(observation(A, 100.0, w * 10)) is None
+    log.close()
+    events = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "event"]
+    assert events and events[0]["event"] == "tuner_error"
