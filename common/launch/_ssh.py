@@ -4,7 +4,9 @@ The environment the launcher sets is passed on the remote command line (``env K=
 working directory is the same path as here (a shared file system, as on most clusters). The
 remote job runs in its own session; a watchdog on the remote side waits for the ssh channel's
 stdin to close and then kills the job's whole process group, so stopping the local ssh client
-(or losing the connection) never leaves remote processes behind.
+(or losing the connection) never leaves remote processes behind. When the job's main process
+exits, whatever it left in its group is stopped too: a leftover holding the channel's stdout
+would otherwise keep the ssh session (and the launch) open.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ __all__ = ["DEFAULT_SSH", "remote_argv", "remote_script"]
 
 DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 
+# A non-interactive sh gives background jobs /dev/null as stdin, so the watchdog reads the
+# channel through fd 3, saved before anything is put in the background.
 _TEMPLATE = """\
-{cd}{env}setsid {argv} </dev/null &
+exec 3<&0
+{cd}{env}setsid {argv} </dev/null 3<&- &
 pid=$!
-( while read -r _; do :; done; kill -TERM -- -$pid 2>/dev/null; sleep 3; \
-kill -KILL -- -$pid 2>/dev/null ) >/dev/null 2>&1 &
+( while read -r _; do :; done; kill -TERM -$pid 2>/dev/null; sleep 3; \
+kill -KILL -$pid 2>/dev/null ) <&3 >/dev/null 2>&1 &
 watchdog=$!
+exec 3<&-
 wait $pid
 rc=$?
 kill $watchdog 2>/dev/null
+kill -TERM -$pid 2>/dev/null
+( sleep 2; kill -KILL -$pid 2>/dev/null ) </dev/null >/dev/null 2>&1 &
 exit $rc
 """
 

@@ -16,33 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tb_helpers import IS_ROOT, pid_alive
+from tb_helpers import CHILD, IS_ROOT, child_pids, pid_alive
 
 from common.launch import launch
-
-# Records its pid and a forked grandchild's pid, then behaves as EXIT_<name> says:
-# "sleep" (default) sleeps; a number waits until EXPECT pid files exist, then exits with it.
-CHILD = textwrap.dedent("""
-    import os, subprocess, sys, time
-    from pathlib import Path
-    d = Path(os.environ["PIDS"])
-    role, rank = os.environ["AUTOBYTE_ROLE"], os.environ["AUTOBYTE_RANK"]
-    name = role if role == "scheduler" else role + rank
-    kid = subprocess.Popen(["sleep", "300"])
-    (d / f"{name}.pid").write_text(f"{os.getpid()} {kid.pid}")
-    print(f"hello from {name}", flush=True)
-    action = os.environ.get("EXIT_" + name, "sleep")
-    if action == "sleep":
-        time.sleep(300)
-    deadline = time.time() + 20
-    while len(list(d.glob("*.pid"))) < int(os.environ["EXPECT"]) and time.time() < deadline:
-        time.sleep(0.05)
-    sys.exit(int(action))
-""")
-
-
-def _pids(directory: Path) -> list[int]:
-    return [int(p) for f in directory.glob("*.pid") for p in f.read_text().split()]
 
 
 def _wait_for_files(directory: Path, count: int, timeout: float = 20.0) -> None:
@@ -63,7 +39,7 @@ def test_worker_failure_stops_the_job_and_returns_its_code(tmp_path: Path) -> No
     assert set(result.processes) == {"scheduler", "server0", "worker0", "worker1"}
     assert result.processes["worker1"].returncode == 3
     assert result.processes["worker0"].returncode == -signal.SIGTERM
-    pids = _pids(tmp_path)
+    pids = child_pids(tmp_path)
     assert len(pids) == 8
     assert not [p for p in pids if pid_alive(p)], "processes survived the failed job"
     assert "[worker1] hello from worker1\n" in out.getvalue()
@@ -79,7 +55,7 @@ def test_success_streams_prefixed_output_and_stops_lingering_servers(tmp_path: P
     lines = sorted(out.getvalue().splitlines())
     assert lines == ["[scheduler] hello from scheduler", "[server0] hello from server0",
                      "[worker0] hello from worker0", "[worker1] hello from worker1"]
-    assert not [p for p in _pids(tmp_path) if pid_alive(p)]
+    assert not [p for p in child_pids(tmp_path) if pid_alive(p)]
 
 
 def test_timeout_stops_everything(tmp_path: Path) -> None:
@@ -87,7 +63,7 @@ def test_timeout_stops_everything(tmp_path: Path) -> None:
     result = launch(framework="tensorflow", command=[sys.executable, "-c", CHILD], workers=2,
                     env=env, stream=None, timeout=2.0, grace=2.0)
     assert result.timed_out and result.returncode == 124 and result.failed is None
-    assert not [p for p in _pids(tmp_path) if pid_alive(p)]
+    assert not [p for p in child_pids(tmp_path) if pid_alive(p)]
 
 
 def test_missing_command_fails_cleanly(tmp_path: Path) -> None:
@@ -116,7 +92,7 @@ def test_ctrl_c_and_sigterm_stop_every_process(tmp_path: Path, sig: signal.Signa
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == code, err
-    assert not [p for p in _pids(pids) if pid_alive(p)], "processes survived the signal"
+    assert not [p for p in child_pids(pids) if pid_alive(p)], "processes survived the signal"
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="needs root to switch to the unprivileged user nobody")

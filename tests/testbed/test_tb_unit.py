@@ -151,10 +151,10 @@ def test_remote_command_passes_env_and_kills_the_group_when_the_channel_closes()
     script = remote_script(["python", "train.py", "--lr", "0.1 x"],
                            {"DMLC_ROLE": "worker", "TF_CONFIG": '{"a": [1]}'}, "/work dir")
     assert "cd '/work dir' || exit 127" in script
-    assert "env DMLC_ROLE=worker TF_CONFIG='{\"a\": [1]}' setsid python train.py --lr '0.1 x'" \
+    assert "env DMLC_ROLE=worker TF_CONFIG='{\"a\": [1]}' setsid python train.py --lr '0.1 x' <" \
         in script
-    assert "kill -TERM -- -$pid" in script
+    assert "kill -TERM -$pid" in script
     argv = remote_argv(["ssh", "-p", "22"], "node1", ["true"], {}, None)
     assert argv[:4] == ["ssh", "-p", "22", "node1"]
-    assert argv[4:6] == ["sh", "-c"] and shlex.split(argv[6])[0].startswith("setsid true")
+    assert argv[4:6] == ["sh", "-c"] and "\nsetsid true </dev/null" in shlex.split(argv[6])[0]
 
