@@ -58,6 +58,8 @@ def launch(*, framework: str, command: Sequence[str], workers: int, servers: int
         raise ConfigError(f"timeout must be > 0 seconds, got {timeout=}")
     if testbed is not None and hosts:
         raise ConfigError("give testbed or hosts, not both")
+    if testbed is not None and testbed.closed:
+        raise ConfigError(f"testbed {testbed.name} is closed; launch inside its `with` block")
     if hosts is not None and not hosts:
         raise ConfigError("hosts must name at least one host")
     if framework == "tensorflow":

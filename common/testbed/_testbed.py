@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import string
+import threading
 import warnings
 from collections.abc import Sequence
 from types import TracebackType
@@ -123,6 +124,7 @@ class Testbed:
         self._down_rate = _rate_or_none(down, "down") or base_up
         self.persistent = persistent
         self.owned = True
+        self._lock = threading.RLock()
         self._runners: list[ScheduleRunner] = []
         self._closed = False
         self.name = prefix or ""
@@ -268,15 +270,16 @@ class Testbed:
                        "shaped links (run as root)")
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             return
-        self._check_open()
-        for h in targets:
-            old_up, old_down = self._rates[h.index]
-            self._rates[h.index] = (new_up or old_up, new_down or old_down)
-            self._apply(h.index)
-        if _registry.record_path(self.name).exists():
-            record = _registry.read_record(self.name)
-            record["rates"] = [list(r) for r in self._rates]
-            _registry.write_record(record)
+        with self._lock:
+            self._check_open()
+            for h in targets:
+                old_up, old_down = self._rates[h.index]
+                self._rates[h.index] = (new_up or old_up, new_down or old_down)
+                self._apply(h.index)
+            if _registry.record_path(self.name).exists():
+                record = _registry.read_record(self.name)
+                record["rates"] = [list(r) for r in self._rates]
+                _registry.write_record(record)
 
     def run_schedule(self, schedule: str | Sequence[RateStep], *,
                      host: Host | int | str | None = None,
@@ -319,11 +322,12 @@ class Testbed:
 
     def close(self) -> None:
         """Stop schedules and, if this object owns the testbed, delete all its namespaces."""
-        if self._closed:
-            return
-        self._closed = True
         for runner in self._runners:
             runner.stop()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         _lifecycle.unregister(self)
         if not self.shaped or not self.owned or not self.name:
             return
@@ -342,7 +346,12 @@ class Testbed:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        try:
+            self.close()
+        except TestbedError as error:
+            if exc is None:
+                raise
+            log.error("%s (while handling %r)", error, exc)  # keep the original error
 
     def __repr__(self) -> str:
         return (f"Testbed(name={self.name!r}, hosts={len(self.hosts)}, shaped={self.shaped}, "
@@ -377,6 +386,7 @@ class Testbed:
         self.persistent = bool(record.get("persistent"))
         self.owned = False
         self.shaped = True
+        self._lock = threading.RLock()
         self._closed = False
         self._runners = []
         self.hosts = [Host(**h) for h in record["hosts"]]
