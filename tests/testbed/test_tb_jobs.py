@@ -60,6 +60,22 @@ MXNET_JOB = textwrap.dedent("""
     print("sum", out.asnumpy().tolist(), flush=True)
 """)
 
+TF_JOB = textwrap.dedent("""
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rank = strategy.cluster_resolver.task_id
+    @tf.function
+    def step():
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([4]) * (rank + 1))
+    out = strategy.experimental_local_results(strategy.run(step))[0]
+    print("sum", out.numpy().tolist(), flush=True)
+""")
+
 
 def test_two_jobs_share_one_testbed_on_distinct_ports() -> None:
     results: dict[str, LaunchResult] = {}
@@ -91,5 +107,19 @@ def test_mxnet_parameter_server_runs_across_namespaces() -> None:
                         timeout=120, env={"OMP_NUM_THREADS": "1"},
                         command=[sys.executable, "-c", MXNET_JOB])
     assert result.returncode == 0, {n: p.output for n, p in result.processes.items()}
+    for worker in ("worker0", "worker1"):
+        assert "sum [3.0, 3.0, 3.0, 3.0]" in result.processes[worker].output
+
+
+@pytest.mark.framework
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,  # only the workers import it
+                    reason="needs tensorflow (pip install 'autobyte[tf]')")
+def test_tensorflow_collective_runs_across_namespaces() -> None:
+    with Testbed(hosts=2, rate="1gbit") as tb:
+        result = launch(framework="tensorflow", workers=2, testbed=tb, stream=None,
+                        timeout=180, env={"OMP_NUM_THREADS": "1"},
+                        command=[sys.executable, "-c", TF_JOB])
+    assert result.returncode == 0, {n: p.output[-2000:] for n, p in result.processes.items()}
     for worker in ("worker0", "worker1"):
         assert "sum [3.0, 3.0, 3.0, 3.0]" in result.processes[worker].output
