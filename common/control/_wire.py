@@ -44,6 +44,7 @@ WIRE_VERSION = 1
 SECRET_ENV = "AUTOBYTE_SECRET"
 MESSAGE_TYPES = ("hello", "report", "bye", "decision", "heartbeat")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_REASONS = ("forged", "replayed", "stale", "malformed")
 
 
 def ensure_secret(environ: MutableMapping[str, str] | None = None) -> str:
@@ -147,11 +148,13 @@ class Verifier:
 
     def drop(self, error: ControlError, where: str) -> None:
         reason = str(error).split(":", 1)[0]
+        if reason not in _REASONS:
+            reason = "malformed"
         self.rejected[reason] += 1
         count = self.rejected[reason]
         if count <= 5 or count % 100 == 0:
-            log.warning("%s: dropped a message (%s; %d %s so far), not applied", where, error,
-                        count, reason)
+            log.warning("%s: dropped a message (%s: %s; %d so far), not applied", where, reason,
+                        str(error).removeprefix(reason + ": "), count)
 
 
 def _parse(payload: bytes, accept: Sequence[str]) -> Message:
