@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from common.testbed import _net
 
 __all__ = [
     "RUN_DIR",
+    "claim",
     "owner_alive",
     "process_start_time",
     "read_record",
@@ -60,6 +62,16 @@ def write_record(record: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(path)
     return path
+
+
+def claim(name: str) -> bool:
+    """Create ``name``'s record file exclusively; False if another run holds the name."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(record_path(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
 
 
 def read_record(name_or_path: str | Path) -> dict[str, Any]:
@@ -129,6 +141,7 @@ def sweep(base: str) -> list[str]:
     matches our pattern but has no record at all.
     """
     existing = _net.list_netns()
+    _remove_stale_claims(base)
     recorded = {r["name"]: r for r in records() if str(r["name"]).startswith(base)}
     pattern = re.compile(rf"^({re.escape(base)}[a-z0-9]*)-(?:sw|h\d+)$")
     orphans = {m.group(1) for ns in existing if (m := pattern.match(ns))} - set(recorded)
@@ -139,3 +152,15 @@ def sweep(base: str) -> list[str]:
         if not destroy(name):
             cleared.append(name)
     return cleared
+
+
+def _remove_stale_claims(base: str, age_s: float = 60.0) -> None:
+    """Empty record files: a run that died between claiming its name and writing the record."""
+    if not RUN_DIR.is_dir():
+        return
+    now = time.time()
+    for path in RUN_DIR.glob(f"{base}*.json"):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            if stat.st_size == 0 and now - stat.st_mtime > age_s:
+                path.unlink()

@@ -173,11 +173,13 @@ class Testbed:
                                    "choose another prefix or run `autobyte testbed down "
                                    f"{prefix}`")
             _registry.destroy(prefix)
+            if not _registry.claim(prefix):
+                raise TestbedError(f"testbed {prefix!r} was just taken by another process")
             return prefix
         while True:
             name = default_base() + "".join(secrets.choice(_ALPHABET) for _ in range(5))
             clash = any(ns.startswith(name + "-") for ns in existing)
-            if not clash and not _registry.record_path(name).exists():
+            if not clash and _registry.claim(name):
                 return name
 
     def _pick_subnet(self) -> str:
