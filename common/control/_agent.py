@@ -66,7 +66,8 @@ class TuningAgent:
         self.enabled = False
         self.why_disabled = ""
         if config.tuner == "none":
-            self._disable("tuner='none'")
+            self.why_disabled = "tuner='none'"
+            log.info("live tuning is off (tuner='none'); training uses %s", config.describe())
             return
         external = env.get(COORDINATOR_ENV, "")
         endpoint = endpoint or external or None

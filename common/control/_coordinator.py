@@ -11,6 +11,7 @@ same one; an older window still incomplete by then is dropped (a worker was slow
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -85,6 +86,7 @@ class Coordinator:
             self._thread = threading.Thread(target=self._serve, name="autobyte-coordinator",
                                             daemon=True)
             self._thread.start()
+        atexit.register(self.close)
         return self
 
     def run(self) -> None:
@@ -110,6 +112,7 @@ class Coordinator:
                 return
             self._closed = True
             thread = self._thread
+        atexit.unregister(self.close)
         self._stop.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)

@@ -133,6 +133,8 @@ def test_rank0_hosts_coordinator_and_both_workers_switch_at_the_same_step(
                      "--steps", "40", "--log", str(log)) for r in range(2)]
     for w in workers:
         assert w.finish() == 0, w.stderr
+        done = w.wait_for(lambda e: e["event"] == "done")
+        assert w.exited_at is not None and w.exited_at - done["t"] < 1.0
     applied = [w.wait_for(lambda e: e["event"] == "applied") for w in workers]
     heard = [w.wait_for(lambda e: e["event"] == "decision") for w in workers]
     assert applied[0]["step"] == applied[1]["step"] == heard[0]["step"]
