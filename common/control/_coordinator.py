@@ -32,6 +32,8 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
 
+_MAX_OPEN_WINDOWS = 64  # windows waiting for a slow or lost worker, oldest dropped first
+
 
 class Coordinator:
     def __init__(self, *, bind: str, num_workers: int, config: Config, secret: bytes,
@@ -92,6 +94,10 @@ class Coordinator:
     def run(self) -> None:
         """Serve in this thread until ``close`` (another thread), Ctrl-C or, with
         ``exit_when_done``, every worker said bye."""
+        with self._lock:
+            if self._closed or self._thread is not None:
+                return
+            self._thread = threading.current_thread()
         try:
             self._serve()
         finally:
@@ -114,13 +120,13 @@ class Coordinator:
             thread = self._thread
         atexit.unregister(self.close)
         self._stop.set()
-        if thread is not None and thread is not threading.current_thread():
+        if thread is None:
+            self._sock.close(0)
+        elif thread is not threading.current_thread():
             thread.join(timeout=2.0)
             if thread.is_alive():
-                log.warning("coordinator thread did not stop in 2 s; leaving it (daemon)")
+                log.warning("coordinator thread did not stop in 2 s; leaving it")
                 return
-        elif thread is None and not self._sock.closed:
-            self._sock.close(0)
         self.log.write("event", {"event": "coordinator_stopped",
                                  "rejected": dict(self.verifier.rejected)})
         self.log.close()
@@ -176,6 +182,8 @@ class Coordinator:
     def _add(self, window: Window) -> None:
         bucket = self._windows.setdefault(window.window, {})
         bucket[window.rank] = window
+        while len(self._windows) > _MAX_OPEN_WINDOWS:
+            self._windows.pop(min(self._windows))
         if len(bucket) < self.num_workers:
             return
         del self._windows[window.window]

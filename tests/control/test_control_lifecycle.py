@@ -1,0 +1,82 @@
+"""Coordinator and agent lifecycles in one process: start, close twice, bind errors, defaults."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from common.config import Config
+from common.control import Coordinator, TuningAgent
+from common.control.testing import ScriptedTuner
+from common.decision_log import read_log
+from common.errors import ConfigError, ControlError
+
+KEY = b"k" * 32
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("autobyte-")}
+
+
+def test_coordinator_close_is_idempotent_and_releases_the_port(tmp_path: Path) -> None:
+    from common.decision_log import DecisionLog
+
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=Config(), secret=KEY,
+                    decision_log=DecisionLog(tmp_path / "d.jsonl")).start()
+    endpoint = c.endpoint
+    with pytest.raises(ControlError, match="cannot bind"):
+        Coordinator(bind=endpoint, num_workers=1, config=Config(), secret=KEY)
+    c.close()
+    c.close()
+    assert "autobyte-coordinator" not in _threads()
+    again = Coordinator(bind=endpoint, num_workers=1, config=Config(), secret=KEY)
+    again.close()
+    events = [r.get("event") for r in read_log(tmp_path / "d.jsonl")]
+    assert events[-1] == "coordinator_stopped"
+
+
+def test_coordinator_run_returns_on_request_stop() -> None:
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=Config(), secret=KEY)
+    threading.Timer(0.2, c.request_stop).start()
+    started = time.monotonic()
+    c.run()
+    assert time.monotonic() - started < 5
+    c.close()
+
+
+def test_single_worker_agent_hosts_and_tunes_in_process(tmp_path: Path) -> None:
+    config = Config(window_steps=4)
+    fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=ScriptedTuner([fast]),
+                        decision_log=tmp_path / "d.jsonl", environ={})
+    assert agent.enabled and agent.coordinator is not None
+    decision = None
+    deadline = time.monotonic() + 10
+    step = 0
+    while decision is None and time.monotonic() < deadline:
+        agent.record_step(step, 8, 0.01)
+        decision = agent.poll()
+        step += 1
+        time.sleep(0.005)
+    assert decision is not None and decision.config == fast and decision.step % 4 == 0
+    assert agent.poll() is None
+    agent.applied(decision)
+    assert agent.config == fast
+    agent.close()
+    agent.close()
+    assert not _threads()
+
+
+def test_agent_needs_an_endpoint_for_several_workers() -> None:
+    with pytest.raises(ConfigError, match="AUTOBYTE_COORDINATOR"):
+        TuningAgent(rank=1, num_workers=2, config=Config(), environ={"AUTOBYTE_SECRET": "x"})
+
+
+def test_tuner_none_collects_without_sockets() -> None:
+    agent = TuningAgent(rank=1, num_workers=2, config=Config(tuner="none"), environ={})
+    agent.record_step(0, 1, 0.1)
+    assert not agent.enabled and agent.poll() is None and agent.endpoint is None
+    agent.close()
