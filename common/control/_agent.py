@@ -57,6 +57,7 @@ class TuningAgent:
         self._seen: tuple[str, int] = ("", 0)
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
         self._link: Link | None = None
         self._ctx: zmq.Context[Any] | None = None
         self.coordinator: Coordinator | None = None
@@ -162,6 +163,8 @@ class TuningAgent:
 
     def close(self) -> None:
         """Stop the link (and the hosted coordinator); idempotent, also runs at exit."""
+        if os.getpid() != self._pid:
+            return  # a forked child (e.g. a data-loader worker): the parent owns the sockets
         with self._lock:
             if self._closed:
                 return

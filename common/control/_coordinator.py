@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -73,6 +74,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self.log.write("job", {"num_workers": num_workers, "config": config,
                                "tuner": (tuner_name or type(tuner).__name__) if tuner else "none",
@@ -113,6 +115,8 @@ class Coordinator:
 
     def close(self) -> None:
         """Stop serving and release the socket; idempotent, safe from any thread."""
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent owns the socket and the log
         with self._lock:
             if self._closed:
                 return

@@ -80,3 +80,21 @@ def test_tuner_none_collects_without_sockets() -> None:
     agent.record_step(0, 1, 0.1)
     assert not agent.enabled and agent.poll() is None and agent.endpoint is None
     agent.close()
+
+
+def test_forked_child_exits_without_touching_the_parents_sockets(tmp_path: Path) -> None:
+    import multiprocessing
+
+    agent = TuningAgent(rank=0, num_workers=1, config=Config(), tuner=ScriptedTuner([]),
+                        decision_log=tmp_path / "d.jsonl", environ={})
+    try:
+        child = multiprocessing.get_context("fork").Process(target=agent.close)
+        child.start()
+        child.join(timeout=10)
+        assert child.exitcode == 0
+        assert not any(r.get("event") == "coordinator_stopped"
+                       for r in read_log(tmp_path / "d.jsonl"))
+        assert any(t.name == "autobyte-coordinator" for t in threading.enumerate())
+    finally:
+        agent.close()
+    assert any(r.get("event") == "coordinator_stopped" for r in read_log(tmp_path / "d.jsonl"))
