@@ -3,9 +3,11 @@
 Records (each has ``type``, ``v`` and ``time``):
   job       once at start: num_workers, the initial config, tuner and trigger names.
   window    per merged window: step range, config in force, observed speed (total and per
-            worker), the prediction for the config in force, the candidates with their
-            predictions, the action (stay / switch / explore / wait / skip), why, gain, error,
-            whether adaptation was requested, and the decision id and target step if any.
+            worker), the whole merged observation (Table II features, ``Observation.to_dict``,
+            so logs of real runs are meta-network training data), the prediction for the
+            config in force, the candidates with their predictions, the action (stay / switch
+            / explore / wait / skip), why, gain, error, whether adaptation was requested, and
+            the decision id and target step if any.
   event     anything else worth a line (coordinator stopped, worker said bye, tuner error).
 
 Lines are flushed as written so a crashed job still leaves a readable log; readers skip

@@ -63,6 +63,7 @@ class TuningLoop:
             "window": obs.window, "first_step": obs.first_step, "last_step": obs.last_step,
             "steps": obs.steps, "config": obs.config, "speed": obs.speed,
             "speed_per_worker": obs.speed_per_worker, "workers": len(obs.ranks),
+            "observation": obs,
         }
         if not obs.complete or obs.steps == 0:
             why = "incomplete window" if not obs.complete else "no measured steps"

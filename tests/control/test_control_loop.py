@@ -10,6 +10,7 @@ from common.config import Config
 from common.control import TuningLoop
 from common.control.testing import PredictingTuner, ScriptedTuner
 from common.decision_log import DecisionLog, read_log
+from common.stats import Observation
 from common.trigger import ThresholdTrigger, knobs
 
 A = Config(partition_bytes="1MiB", credit_bytes="4MiB")
@@ -49,6 +50,7 @@ def test_search_tuner_explores_then_returns_to_the_measured_best(tmp_path: Path)
     assert actions[:4] == ["explore", "wait", "explore", "wait"] and actions[-1] == "stay"
     first = next(r for r in records if r["type"] == "window")
     assert first["candidates"][0]["predicted"] is None and first["target_step"] == 20
+    assert Observation.from_dict(first["observation"]).layer_bytes == (100, 200)
 
 
 def test_decision_step_is_a_window_boundary_at_least_lead_steps_ahead() -> None:
