@@ -1,0 +1,78 @@
+"""Shared-resource models of one representative worker's communication.
+
+Workers are symmetric in data-parallel training, so the simulator follows one worker's
+scheduler and charges each chunk to the resources it shares with the others. Every resource is
+a FIFO: it serves chunks in the order the scheduler started them, and a reservation is made
+when the chunk starts (so a started chunk is never overtaken: the price of a large credit).
+
+- ``cpu``: the per-chunk fixed ``overhead_s`` (issuing a chunk in the scheduler and the engine)
+  is serial on the worker, before the chunk reaches the network.
+- Ring all-reduce: every link carries ``2(n-1)/n`` of the chunk's bytes; a chunk pays
+  ``latency_s`` per ring hop, ``2(n-1)`` hops (reduce-scatter then all-gather). Latency is
+  pipelined (it does not hold the link), so a credit of several chunks hides it.
+- Parameter server with ``s`` servers: chunks go to servers round-robin in forward order. A
+  push holds the worker's uplink for its bytes and the server's downlink for the bytes of all
+  ``n`` workers (they push the same chunk at the same time); the pull follows the push (plus
+  ``latency_s``) the same way on the server's uplink and the worker's downlink. Servers' links
+  follow the same bandwidth schedule as the workers'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from common.sim._bandwidth import BandwidthSchedule
+
+__all__ = ["Transfer", "allreduce_model", "comm_factor", "ps_model"]
+
+# (nbytes, start time, server index) -> time the chunk's communication is complete
+Transfer = Callable[[int, float, int], float]
+
+
+def comm_factor(arch: str, workers: int, servers: int) -> float:
+    """Bottleneck-link seconds per byte, relative to one byte over one worker link."""
+    if arch == "allreduce":
+        return 2.0 * (workers - 1) / workers
+    return max(1.0, workers / servers)
+
+
+def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: float,
+                    latency_s: float) -> Transfer:
+    bits_per_byte = 8.0 * 2.0 * (workers - 1) / workers
+    hops_latency = 2 * (workers - 1) * latency_s
+    finish = bandwidth.finish
+    cpu_free = link_free = 0.0
+
+    def transfer(nbytes: int, t: float, server: int) -> float:
+        nonlocal cpu_free, link_free
+        issued = (t if t > cpu_free else cpu_free) + overhead_s
+        cpu_free = issued
+        begin = issued if issued > link_free else link_free
+        link_free = finish(begin, nbytes * bits_per_byte)
+        return link_free + hops_latency
+
+    return transfer
+
+
+def ps_model(*, workers: int, servers: int, bandwidth: BandwidthSchedule, overhead_s: float,
+             latency_s: float) -> Transfer:
+    finish = bandwidth.finish
+    n = float(workers)
+    cpu_free = up_free = down_free = 0.0
+    server_in = [0.0] * servers
+    server_out = [0.0] * servers
+
+    def transfer(nbytes: int, t: float, server: int) -> float:
+        nonlocal cpu_free, up_free, down_free
+        bits = 8.0 * nbytes
+        issued = max(t, cpu_free) + overhead_s
+        cpu_free = issued
+        begin = max(issued, up_free, server_in[server])
+        up_free = finish(begin, bits)
+        pushed = server_in[server] = finish(begin, n * bits)
+        begin = max(pushed + latency_s, down_free, server_out[server])
+        down_free = finish(begin, bits)
+        pulled = server_out[server] = finish(begin, n * bits)
+        return pulled + latency_s
+
+    return transfer
