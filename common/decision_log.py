@@ -53,6 +53,8 @@ class DecisionLog:
             self._file = self.path.open("a", encoding="utf-8")
 
     def write(self, type_: str, record: Mapping[str, Any]) -> None:
+        if self._file is None:
+            return
         line = json.dumps({"type": type_, "v": LOG_VERSION, "time": time.time(), **record},
                           separators=(",", ":"), default=_jsonable)
         with self._lock:

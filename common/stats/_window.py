@@ -7,9 +7,13 @@ JSON form. Rates are in bits per second and sizes in bytes, as everywhere in Aut
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ControlError
@@ -117,7 +121,7 @@ class Window:
                         raise ControlError(f"window is missing field {f.name!r}")
                     continue
                 fields[f.name] = data[f.name]
-            fields["config"] = Config.from_dict(fields["config"])
+            fields["config"] = _config(fields["config"])
             for name in ("rank", "num_workers", "window", "first_step", "last_step", "steps",
                          "warmup_steps", "samples", "bytes_up", "bytes_down", "layer_steps"):
                 if name in fields:
@@ -128,15 +132,60 @@ class Window:
                     fields[name] = _as_float(fields[name], name)
             fields["model"] = str(fields["model"])
             fields["arch"] = str(fields["arch"])
-            fields["layer_backward_s"] = tuple(
-                _as_float(v, "layer_backward_s") for v in fields.get("layer_backward_s", ()))
-            fields["layer_bytes"] = tuple(
-                _as_int(v, "layer_bytes") for v in fields.get("layer_bytes", ()))
+            fields["layer_backward_s"] = _floats(fields.get("layer_backward_s", ()),
+                                                 "layer_backward_s")
+            fields["layer_bytes"] = _ints(fields.get("layer_bytes", ()), "layer_bytes")
             return cls(**fields)
         except ControlError:
             raise
         except (TypeError, ValueError, KeyError) as exc:
             raise ControlError(f"malformed window: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_config(items: tuple[tuple[str, Any], ...]) -> Config:
+    return Config.from_dict(dict(items))
+
+
+def _config(data: Any) -> Config:
+    """Config.from_dict, cached: every window of a job repeats the same few configurations."""
+    if not isinstance(data, Mapping):
+        raise ControlError(f"config must be a JSON object, got {type(data).__name__}")
+    try:
+        return _cached_config(tuple(sorted(data.items())))
+    except TypeError:  # unhashable values: let Config report them
+        return Config.from_dict(data)
+
+
+def _floats(values: Any, name: str) -> tuple[float, ...]:
+    """A list of finite numbers, checked in one numpy pass (the coordinator parses n of these,
+    l long, per window on rank 0's GIL, so a Python loop per element would cost milliseconds)."""
+    array = _array(values, name, "if")
+    if not np.isfinite(array).all():
+        raise ControlError(f"{name} must hold finite numbers only")
+    return tuple(float(v) for v in array.tolist())
+
+
+def _ints(values: Any, name: str) -> tuple[int, ...]:
+    array = _array(values, name, "i")
+    if (array < 0).any():
+        raise ControlError(f"{name} must hold non-negative integers only")
+    return tuple(array.tolist())
+
+
+def _array(values: Any, name: str, kinds: str) -> npt.NDArray[Any]:
+    if not isinstance(values, list | tuple):
+        raise ControlError(f"{name} must be a list, got {type(values).__name__}")
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        array = np.asarray(values)
+    except ValueError:
+        raise ControlError(f"{name} must be a flat list of numbers") from None
+    if array.ndim != 1 or array.dtype.kind not in kinds:
+        raise ControlError(f"{name} must be a flat list of numbers of kind {kinds!r}, got "
+                           f"dtype {array.dtype} with shape {array.shape}")
+    return array
 
 
 def _as_int(value: Any, name: str) -> int:

@@ -128,3 +128,20 @@ def test_bad_collector_arguments_name_the_value() -> None:
         StatsCollector(rank=3, num_workers=2, config=Config())
     with pytest.raises(ValueError, match="arch='ring'"):
         StatsCollector(rank=0, num_workers=1, config=Config(), arch="ring")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("layer_backward_s", ["0.1", "0.2"]),
+    ("layer_backward_s", [[0.1], [0.2]]),
+    ("layer_backward_s", [0.1, float("inf")]),
+    ("layer_backward_s", [True, False]),
+    ("layer_backward_s", "0.1"),
+    ("layer_bytes", [1.5, 2.0]),
+    ("layer_bytes", [-1, 2]),
+    ("layer_bytes", [1, "2"]),
+])
+def test_malformed_layer_lists_are_rejected(field: str, value: object) -> None:
+    d = json.loads(json.dumps(_collect()[0].to_dict()))
+    d[field] = value
+    with pytest.raises(ControlError, match=field):
+        Window.from_dict(d)
