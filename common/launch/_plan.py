@@ -8,11 +8,15 @@ Placement (``default_placement``), for H hosts:
 - TensorFlow: worker i on host i mod H.
 
 An explicit ``placement`` mapping (process name -> host index) overrides any of these.
+
+MXNet worker i is always ps-lite's rank i (``kv.rank``), so AUTOBYTE_RANK, DMLC_WORKER_ID and
+the process name agree with what the adapter sees (see ``_align_with_pslite_ranks``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 
@@ -50,6 +54,37 @@ def default_placement(framework: str, workers: int, servers: int, hosts: int) ->
     return place | {f"worker{i}": i % hosts for i in range(workers)}
 
 
+def _pslite_before(a: tuple[str, int], b: tuple[str, int]) -> int:
+    """ps-lite's scheduler sorts nodes by hostname descending, then port ascending."""
+    if a[0] != b[0]:
+        return -1 if a[0] > b[0] else 1
+    return a[1] - b[1]
+
+
+def _align_with_pslite_ranks(workers: int, place: dict[str, int], port_of: dict[str, int],
+                             addresses: Sequence[str]) -> None:
+    """Relabel worker slots so that worker i is the node ps-lite will call rank i (kv.rank).
+
+    Ports on one host are handed out in worker order, then the (address, port) slots are
+    sorted the way ps-lite's scheduler sorts them. With the testbed's descending addresses and
+    the default placement this changes nothing; it matters for explicit placements and ssh
+    hosts, where worker i may then run elsewhere than placed (names follow kv.rank).
+    """
+    names = [f"worker{i}" for i in range(workers)]
+    by_host: dict[int, list[str]] = {}
+    for name in names:
+        by_host.setdefault(place[name], []).append(name)
+    for group in by_host.values():
+        for name, port in zip(group, sorted(port_of[n] for n in group), strict=True):
+            port_of[name] = port
+    def before(a: tuple[int, int], b: tuple[int, int]) -> int:
+        return _pslite_before((addresses[a[0]], a[1]), (addresses[b[0]], b[1]))
+
+    order = sorted(((place[n], port_of[n]) for n in names), key=functools.cmp_to_key(before))
+    for name, (host, port) in zip(names, order, strict=True):
+        place[name], port_of[name] = host, port
+
+
 def validate(framework: str, workers: int, servers: int) -> None:
     if framework not in FRAMEWORKS:
         raise ConfigError(f"framework must be one of {list(FRAMEWORKS)}, got {framework=}")
@@ -79,6 +114,8 @@ def plan(*, framework: str, workers: int, servers: int, addresses: Sequence[str]
                               f", got {index}")
         place[name] = index
     port_of = dict(zip(names, ports, strict=False))
+    if framework == "mxnet":
+        _align_with_pslite_ranks(workers, place, port_of, addresses)
     common = {"AUTOBYTE_NUM_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"}
     specs = []
     if framework == "mxnet":

@@ -77,13 +77,17 @@ class LaunchResult:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One process to start: ``primary`` processes decide when the job is done (workers)."""
+    """One process to start: ``primary`` processes decide when the job is done (workers).
+
+    ``stdin_text`` is written to the process's stdin, which then stays open until it is
+    stopped (the ssh watchdog treats its closing as "stop").
+    """
 
     name: str
     argv: Sequence[str]
     env: Mapping[str, str]
     primary: bool
-    keep_stdin: bool = False
+    stdin_text: str | None = None
 
 
 def exit_code(returncode: int) -> int:
@@ -97,10 +101,14 @@ class _Running:
         try:
             self.popen = subprocess.Popen(
                 list(job.argv), env=dict(job.env), cwd=cwd, start_new_session=True,
-                stdin=subprocess.PIPE if job.keep_stdin else subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if job.stdin_text is None else subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         except OSError as exc:
             raise LaunchError(f"cannot start {job.name}: {shlex.join(job.argv)}: {exc}") from exc
+        if job.stdin_text is not None and self.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.write(job.stdin_text.encode())
+                self.popen.stdin.flush()
         self.reader = threading.Thread(target=self._read, args=(sink,), daemon=True,
                                        name=f"launch-{job.name}")
         self.reader.start()

@@ -22,7 +22,7 @@ DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "L
 # channel through fd 3, saved before anything is put in the background.
 _TEMPLATE = """\
 exec 3<&0
-{cd}{env}setsid {argv} </dev/null 3<&- &
+{reads}{cd}{env}setsid {argv} </dev/null 3<&- &
 pid=$!
 ( while read -r _; do :; done; kill -TERM -$pid 2>/dev/null; sleep 3; \
 kill -KILL -$pid 2>/dev/null ) <&3 >/dev/null 2>&1 &
@@ -37,16 +37,23 @@ exit $rc
 """
 
 
-def remote_script(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> str:
-    """POSIX sh that runs ``argv`` with ``env`` in ``cwd`` and dies with the channel."""
+def remote_script(argv: Sequence[str], env: Mapping[str, str], cwd: str | None,
+                  stdin_vars: Sequence[str] = ()) -> str:
+    """POSIX sh that runs ``argv`` with ``env`` in ``cwd`` and dies with the channel.
+
+    ``stdin_vars`` are read, one line each, from the channel first (secrets stay off the
+    command line) and exported to the job.
+    """
     cd = f"cd {shlex.quote(cwd)} || exit 127\n" if cwd else ""
+    reads = "".join(f"IFS= read -r {name} <&3 || exit 126\nexport {name}\n"
+                    for name in stdin_vars)
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return _TEMPLATE.format(cd=cd, env=f"env {assignments} " if assignments else "",
+    return _TEMPLATE.format(reads=reads, cd=cd, env=f"env {assignments} " if assignments else "",
                             argv=shlex.join(argv))
 
 
 def remote_argv(ssh: Sequence[str], host: str, argv: Sequence[str], env: Mapping[str, str],
-                cwd: str | None) -> list[str]:
+                cwd: str | None, stdin_vars: Sequence[str] = ()) -> list[str]:
     """The local command line: ``ssh ... HOST sh -c '<script>'``."""
-    script = remote_script(argv, env, cwd)
+    script = remote_script(argv, env, cwd, stdin_vars)
     return [*ssh, host, "sh", "-c", shlex.quote(script)]

@@ -1,7 +1,7 @@
 """An emulated cluster on one machine: N hosts on one shaped switch.
 
 Layout (as root): one switch namespace ``<name>-sw`` holding bridge ``br0``; host *i* is
-namespace ``<name>-h<i>`` with interface ``eth0`` (address ``<subnet>.<i+1>``), joined to
+namespace ``<name>-h<i>`` with interface ``eth0`` (address ``<subnet>.<250-i>``), joined to
 switch port ``p<i>`` by a veth pair. Links live only inside the testbed's own namespaces, so
 the root namespace is never touched and short fixed interface names cannot collide. Upload is
 shaped on ``eth0`` egress, download on ``p<i>`` egress (tbf), each host independently.
@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_BASE", "MAX_HOSTS", "Host", "Testbed"]
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE = "abt"
-MAX_HOSTS = 250
+MAX_HOSTS = 150
 LOOPBACK = "127.0.0.1"
 HOST_DEV = "eth0"
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -47,6 +47,15 @@ def default_base() -> str:
         raise ConfigError("AUTOBYTE_TESTBED_PREFIX must be 2-5 lowercase letters/digits starting "
                           f"with a letter, got {base!r}")
     return base
+
+
+def host_address(subnet: str, index: int) -> str:
+    """Host i is ``<subnet>.<250 - i>``: three-digit last octets counting down.
+
+    ps-lite ranks nodes by address in descending string order; counting down makes that the
+    host order, so MXNet worker i placed on host i+1 also gets kv.rank i.
+    """
+    return f"{subnet}.{250 - index}"
 
 
 def _euid() -> int:
@@ -206,7 +215,7 @@ class Testbed:
         _registry.sweep(prefix or default_base())
         self.name = self._pick_name(prefix)
         self.subnet = self._pick_subnet()
-        self.hosts = [Host(f"h{i}", f"{self.subnet}.{i + 1}", f"{self.name}-h{i}", i)
+        self.hosts = [Host(f"h{i}", host_address(self.subnet, i), f"{self.name}-h{i}", i)
                       for i in range(count)]
         self._rates = [(self._up_rate, self._down_rate)] * count
         _registry.write_record(self._record())

@@ -49,6 +49,7 @@ MESH = textwrap.dedent("""
 """)
 
 MXNET_JOB = textwrap.dedent("""
+    import os
     import numpy
     numpy.bool = numpy.bool_
     import mxnet as mx
@@ -58,6 +59,7 @@ MXNET_JOB = textwrap.dedent("""
     out = mx.nd.zeros((4,))
     kv.pull(3, out=out)
     print("sum", out.asnumpy().tolist(), flush=True)
+    print("rank", kv.rank, "AUTOBYTE_RANK", os.environ["AUTOBYTE_RANK"], flush=True)
 """)
 
 TF_JOB = textwrap.dedent("""
@@ -107,8 +109,9 @@ def test_mxnet_parameter_server_runs_across_namespaces() -> None:
                         timeout=120, env={"OMP_NUM_THREADS": "1"},
                         command=[sys.executable, "-c", MXNET_JOB])
     assert result.returncode == 0, {n: p.output for n, p in result.processes.items()}
-    for worker in ("worker0", "worker1"):
+    for rank, worker in enumerate(("worker0", "worker1")):
         assert "sum [3.0, 3.0, 3.0, 3.0]" in result.processes[worker].output
+        assert f"rank {rank} AUTOBYTE_RANK {rank}" in result.processes[worker].output
 
 
 @pytest.mark.framework

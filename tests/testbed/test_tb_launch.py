@@ -58,6 +58,23 @@ def test_success_streams_prefixed_output_and_stops_lingering_servers(tmp_path: P
     assert not [p for p in child_pids(tmp_path) if pid_alive(p)]
 
 
+def test_every_process_gets_the_job_secret_and_control_endpoint() -> None:
+    show = [sys.executable, "-c", "import os; print(os.environ['AUTOBYTE_SECRET'], "
+            "os.environ['AUTOBYTE_CONTROL_ENDPOINT'], os.environ['AUTOBYTE_NUM_WORKERS'])"]
+    first = launch(framework="mxnet", command=show, workers=2, stream=None, timeout=60)
+    second = launch(framework="tensorflow", command=show, workers=2, stream=None, timeout=60)
+    seen = [{p.output for p in r.processes.values()} for r in (first, second)]
+    assert [len(s) for s in seen] == [1, 1], "processes of one job must agree"
+    (secret1, endpoint, count), (secret2, _, _) = (s.pop().split() for s in seen)
+    assert len(secret1) == 64 and secret1 != secret2, "each job gets its own secret"
+    assert endpoint.startswith("tcp://127.0.0.1:") and count == "2"
+    external = launch(framework="tensorflow", command=[sys.executable, "-c", (
+        "import os; print('AUTOBYTE_CONTROL_ENDPOINT' in os.environ, "
+        "os.environ['AUTOBYTE_SECRET'])")], workers=1, stream=None,
+        env={"AUTOBYTE_COORDINATOR": "tcp://10.0.0.1:5599", "AUTOBYTE_SECRET": "s3cret"})
+    assert external.processes["worker0"].output == "False s3cret\n"
+
+
 def test_timeout_stops_everything(tmp_path: Path) -> None:
     env = {"PIDS": str(tmp_path), "EXPECT": "2"}
     result = launch(framework="tensorflow", command=[sys.executable, "-c", CHILD], workers=2,

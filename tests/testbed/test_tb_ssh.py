@@ -31,16 +31,18 @@ def test_launch_over_ssh_places_processes_and_propagates_failure(tmp_path: Path)
         cluster = [h.address for h in tb.hosts[1:]]
         where = launch(
             framework="mxnet", workers=2, hosts=cluster, ssh=ssh, stream=None, timeout=60,
-            env={"GREETING": "hi there"},
+            env={"GREETING": "hi there", "AUTOBYTE_SECRET": "not-on-the-command-line"},
             command=["sh", "-c", 'echo "$(ip netns identify) $DMLC_NODE_HOST $DMLC_PS_ROOT_URI '
-                     '$GREETING"'])
+                     '$GREETING $AUTOBYTE_SECRET"; ps -eo args | grep -c "[n]ot-on-the-command"; '
+                     'true'])
         assert where.returncode == 0, {n: p.output for n, p in where.processes.items()}
         seen = {name: p.output.split() for name, p in where.processes.items()}
         assert seen["scheduler"][0] == tb.hosts[1].netns
         assert seen["server0"][:3] == [tb.hosts[1].netns, cluster[0], cluster[0]]
         assert seen["worker0"][:3] == [tb.hosts[2].netns, cluster[1], cluster[0]]
         assert seen["worker1"][:2] == [tb.hosts[3].netns, cluster[2]]
-        assert seen["worker1"][3:] == ["hi", "there"]
+        # the secret arrived, and no command line on the machine shows it
+        assert seen["worker1"][3:] == ["hi", "there", "not-on-the-command-line", "0"]
 
         pids = tmp_path / "pids"
         pids.mkdir()

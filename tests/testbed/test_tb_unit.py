@@ -41,7 +41,7 @@ def test_parse_seconds() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"hosts": 0}, "hosts must be an int between 1 and 250, got hosts=0"),
+    ({"hosts": 0}, "hosts must be an int between 1 and 150, got hosts=0"),
     ({"hosts": 2, "prefix": "Bad-Name"}, "prefix must be 2-10 lowercase"),
     ({"hosts": 2, "loss": 120}, "loss must be a percentage"),
     ({"hosts": 2, "rate": "-1gbit"}, "rate"),
@@ -98,20 +98,32 @@ def test_flow_rate_and_settle_time() -> None:
 
 
 def test_mxnet_plan_sets_dmlc_variables_and_places_servers_apart() -> None:
-    specs = plan(framework="mxnet", workers=2, servers=2, addresses=["a", "b", "c"],
+    specs = plan(framework="mxnet", workers=2, servers=2, addresses=["z", "y", "x"],
                  ports=[9000, 9001, 9002, 9003, 9004])
     by = {s.name: s for s in specs}
     assert list(by) == ["scheduler", "server0", "server1", "worker0", "worker1"]
-    assert [by[n].address for n in by] == ["a", "a", "a", "b", "c"]
+    assert [by[n].address for n in by] == ["z", "z", "z", "y", "x"]
     w1 = by["worker1"].env
     assert w1["DMLC_ROLE"] == "worker" and w1["DMLC_WORKER_ID"] == "1"
-    assert w1["DMLC_PS_ROOT_URI"] == "a" and w1["DMLC_PS_ROOT_PORT"] == "9000"
+    assert w1["DMLC_PS_ROOT_URI"] == "z" and w1["DMLC_PS_ROOT_PORT"] == "9000"
     assert w1["DMLC_NUM_SERVER"] == "2" and w1["DMLC_NUM_WORKER"] == "2"
-    assert w1["DMLC_NODE_HOST"] == "c" and w1["PORT"] == "9004"
+    assert w1["DMLC_NODE_HOST"] == "x" and w1["PORT"] == "9004"
     assert w1["AUTOBYTE_RANK"] == "1" and w1["AUTOBYTE_NUM_WORKERS"] == "2"
     assert by["server1"].env["PORT"] == "9002" and by["server1"].env["DMLC_ROLE"] == "server"
     assert "PORT" not in by["scheduler"].env
     assert by["scheduler"].env["AUTOBYTE_ROLE"] == "scheduler"
+
+
+def test_mxnet_worker_ids_follow_pslite_rank_order() -> None:
+    # ps-lite ranks by address descending, then port ascending: worker i must be rank i.
+    same_host = plan(framework="mxnet", workers=3, servers=1, addresses=["h"],
+                     ports=[1, 2, 9, 5, 7])
+    assert [s.port for s in same_host if s.role == "worker"] == [5, 7, 9]
+    ascending = plan(framework="mxnet", workers=2, servers=1, addresses=["a", "b", "c"],
+                     ports=[1, 2, 3, 4])
+    workers = [s for s in ascending if s.role == "worker"]
+    assert [(s.name, s.address, s.env["DMLC_WORKER_ID"]) for s in workers] == [
+        ("worker0", "c", "0"), ("worker1", "b", "1")]
 
 
 def test_tensorflow_plan_sets_tf_config() -> None:
@@ -154,6 +166,8 @@ def test_remote_command_passes_env_and_kills_the_group_when_the_channel_closes()
     assert "env DMLC_ROLE=worker TF_CONFIG='{\"a\": [1]}' setsid python train.py --lr '0.1 x' <" \
         in script
     assert "kill -TERM -$pid" in script
+    secret = remote_script(["true"], {}, None, stdin_vars=("AUTOBYTE_SECRET",))
+    assert "IFS= read -r AUTOBYTE_SECRET <&3 || exit 126\nexport AUTOBYTE_SECRET\n" in secret
     argv = remote_argv(["ssh", "-p", "22"], "node1", ["true"], {}, None)
     assert argv[:4] == ["ssh", "-p", "22", "node1"]
     assert argv[4:6] == ["sh", "-c"] and "\nsetsid true </dev/null" in shlex.split(argv[6])[0]
