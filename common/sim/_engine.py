@@ -53,7 +53,8 @@ DEFAULT_LATENCY_S = 50e-6  # per message / ring hop: kernel stack plus one switc
 class SimResult:
     """``iteration_s``: mean steady-state iteration time; ``speed``: samples/s across all
     workers; ``lower_bound_s``: see the module docstring; ``trace``: the representative
-    worker's chunks (``t_ready``/``t_start``/``t_done`` on the virtual clock); ``step_s``: each
+    worker's chunks in the order the scheduler started them (``t_ready``/``t_start``/``t_done``
+    on the virtual clock; ``key`` holds the scheduler's priority key); ``step_s``: each
     simulated iteration; ``max_inflight_bytes``: the scheduler's peak bytes in flight."""
 
     iteration_s: float
@@ -88,7 +89,7 @@ def simulate(profile: Profile, config: Config, *, workers: int, arch: str = "all
         speed=run.workers * profile.batch_size / iteration,
         lower_bound_s=lower_bound(profile, workers=run.workers, arch=run.arch,
                                   servers=run.servers, bandwidth=run.bandwidth),
-        trace=tuple(run.scheduler.drain_trace()),
+        trace=tuple(run.order),
         step_s=tuple(step_s),
         max_inflight_bytes=run.scheduler.max_inflight_bytes,
     )
@@ -106,7 +107,7 @@ def plan_order(profile: Profile, config: Config, *, workers: int,
     """
     run = _Run(profile, config, workers=workers, arch=arch, servers=servers,
                bandwidth=bandwidth, overhead_s=overhead_s, latency_s=latency_s,
-               keep_trace=False, record_order=True)
+               keep_trace=True)
     run.step()
     return [(chunk.task.layer, chunk.index) for chunk in run.order]
 
@@ -141,7 +142,7 @@ class _Run:
 
     def __init__(self, profile: Profile, config: Config, *, workers: int, arch: str,
                  servers: int, bandwidth: float | str | BandwidthSchedule, overhead_s: float,
-                 latency_s: float, keep_trace: bool, record_order: bool = False) -> None:
+                 latency_s: float, keep_trace: bool) -> None:
         if not isinstance(profile, Profile):
             raise ConfigError(f"profile must be a Profile, got {profile!r}")
         if not isinstance(config, Config):
@@ -154,42 +155,48 @@ class _Run:
         overhead_s = _seconds(overhead_s, "overhead_s")
         latency_s = _seconds(latency_s, "latency_s")
         self.transfer: Transfer
+        self.pull: Transfer | None = None
         if self.arch == "allreduce":
             self.transfer = allreduce_model(workers=self.workers, bandwidth=self.bandwidth,
                                             overhead_s=overhead_s, latency_s=latency_s)
         else:
-            self.transfer = ps_model(workers=self.workers, servers=self.servers,
-                                     bandwidth=self.bandwidth, overhead_s=overhead_s,
-                                     latency_s=latency_s)
+            self.transfer, self.pull = ps_model(
+                workers=self.workers, servers=self.servers, bandwidth=self.bandwidth,
+                overhead_s=overhead_s, latency_s=latency_s)
         self.kind = "allreduce" if self.arch == "allreduce" else "pushpull"
         self.now = 0.0
-        self.events: list[tuple[float, int, Chunk]] = []
+        # (time, seq, chunk, last): ``last`` is False for a PS push completing (its pull follows)
+        self.events: list[tuple[float, int, Chunk, bool]] = []
         self.seq = itertools.count()
         self.order: list[Chunk] = []
-        self.record_order = record_order
+        self.keep_trace = keep_trace
         self.remaining = [0] * len(profile.layers)
         self.tasks = [Task(x.name, i, x.nbytes, self.kind, itemsize=4 if x.nbytes % 4 == 0 else 1)
                       if x.nbytes else None for i, x in enumerate(profile.layers)]
         self.scheduler = Scheduler(config, start=self._start, clock=self._clock,
-                                   keep_trace=keep_trace)
+                                   keep_trace=False)
 
     def _clock(self) -> float:
         return self.now
 
     def _start(self, chunk: Chunk) -> None:
         done = self.transfer(chunk.nbytes, self.now, chunk.tag)
-        heapq.heappush(self.events, (done, next(self.seq), chunk))
-        if self.record_order:
+        heapq.heappush(self.events, (done, next(self.seq), chunk, self.pull is None))
+        if self.keep_trace:
             self.order.append(chunk)
 
     def _advance(self, until: float) -> None:
         """Complete every chunk that finishes by ``until``."""
-        events, done, remaining = self.events, self.scheduler.done, self.remaining
+        events, done, remaining, pull = self.events, self.scheduler.done, self.remaining, self.pull
         while events and events[0][0] <= until:
-            t, _, chunk = heapq.heappop(events)
+            t, _, chunk, last = heapq.heappop(events)
             self.now = t
-            done(chunk)
-            remaining[chunk.task.layer] -= 1
+            if last or pull is None:
+                done(chunk)
+                remaining[chunk.task.layer] -= 1
+            else:
+                heapq.heappush(events, (pull(chunk.nbytes, t, chunk.tag), next(self.seq), chunk,
+                                        True))
 
     def _server_bases(self, config: Config) -> list[int]:
         """Round-robin server of each layer's first chunk, counting chunks in forward order."""

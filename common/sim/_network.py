@@ -11,10 +11,13 @@ when the chunk starts (so a started chunk is never overtaken: the price of a lar
   ``latency_s`` per ring hop, ``2(n-1)`` hops (reduce-scatter then all-gather). Latency is
   pipelined (it does not hold the link), so a credit of several chunks hides it.
 - Parameter server with ``s`` servers: chunks go to servers round-robin in forward order. A
-  push holds the worker's uplink for its bytes and the server's downlink for the bytes of all
-  ``n`` workers (they push the same chunk at the same time); the pull follows the push (plus
-  ``latency_s``) the same way on the server's uplink and the worker's downlink. Servers' links
-  follow the same bandwidth schedule as the workers'.
+  push needs the worker's uplink for its bytes and the server's downlink for the bytes of all
+  ``n`` workers (they push the same chunk at the same time, each at 1/n of the server's link);
+  it is complete when both are done. The two are reserved independently, so a busy server never
+  blocks the worker's pushes to the others (separate connections). The pull is reserved when
+  the push completes (plus ``latency_s``), the same way on the server's uplink and the worker's
+  downlink, so both serve pulls in the order the pushes finished. A chunk holds its credit
+  until its pull is back. Servers' links follow the same bandwidth schedule as the workers'.
 """
 
 from __future__ import annotations
@@ -55,24 +58,29 @@ def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: f
 
 
 def ps_model(*, workers: int, servers: int, bandwidth: BandwidthSchedule, overhead_s: float,
-             latency_s: float) -> Transfer:
+             latency_s: float) -> tuple[Transfer, Transfer]:
+    """(push, pull): ``push`` at the chunk's start returns when its push is complete;
+    ``pull`` at that time returns when the chunk is back."""
     finish = bandwidth.finish
     n = float(workers)
     cpu_free = up_free = down_free = 0.0
     server_in = [0.0] * servers
     server_out = [0.0] * servers
 
-    def transfer(nbytes: int, t: float, server: int) -> float:
-        nonlocal cpu_free, up_free, down_free
+    def push(nbytes: int, t: float, server: int) -> float:
+        nonlocal cpu_free, up_free
         bits = 8.0 * nbytes
-        issued = max(t, cpu_free) + overhead_s
+        issued = (t if t > cpu_free else cpu_free) + overhead_s
         cpu_free = issued
-        begin = max(issued, up_free, server_in[server])
-        up_free = finish(begin, bits)
-        pushed = server_in[server] = finish(begin, n * bits)
-        begin = max(pushed + latency_s, down_free, server_out[server])
-        down_free = finish(begin, bits)
-        pulled = server_out[server] = finish(begin, n * bits)
-        return pulled + latency_s
+        up_free = finish(max(issued, up_free), bits)
+        arrived = server_in[server] = finish(max(issued, server_in[server]), n * bits)
+        return max(up_free, arrived) + latency_s
 
-    return transfer
+    def pull(nbytes: int, t: float, server: int) -> float:
+        nonlocal down_free
+        bits = 8.0 * nbytes
+        down_free = finish(max(t, down_free), bits)
+        sent = server_out[server] = finish(max(t, server_out[server]), n * bits)
+        return max(down_free, sent) + latency_s
+
+    return push, pull
