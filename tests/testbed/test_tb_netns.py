@@ -126,6 +126,17 @@ def test_sigterm_to_the_owner_tears_down() -> None:
     assert not any(ns.startswith(name) for ns in our_netns())
 
 
+@pytest.mark.parametrize("ending", ["sys.exit(0)", "raise RuntimeError('crash')"])
+def test_exit_without_close_tears_down(ending: str) -> None:
+    script = ("import sys\nfrom common.testbed import Testbed\n"
+              "tb = Testbed(hosts=2, rate='1gbit')\nprint(tb.name, flush=True)\n" + ending)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    name = proc.stdout.strip()
+    assert name.startswith(BASE), proc.stderr
+    assert not any(ns.startswith(name) for ns in our_netns())
+
+
 def test_explicit_prefix_in_use_is_refused() -> None:
     name = f"{BASE}fix"
     with Testbed(hosts=1, prefix=name), pytest.raises(TestbedError, match="in use"):
