@@ -4,8 +4,7 @@ For adapter authors, the whole API on each worker::
 
     from common.control import TuningAgent
     agent = TuningAgent(rank=rank, num_workers=n, config=config, model="resnet50",
-                        arch="ps",                          # or "allreduce"
-                        endpoint="tcp://<rank 0's host>:<port>")
+                        arch="ps")                          # or "allreduce"
     agent.set_layer_bytes(grad_bytes_in_forward_order)      # once
     # every step, after it finished (microseconds; layer times only on sampled steps):
     agent.record_step(step, samples, step_time_s, layer_backward_s=times_or_None,
@@ -16,9 +15,12 @@ For adapter authors, the whole API on each worker::
     agent.set_config(decision.config, step=decision.step)   # or agent.applied(decision)
     agent.close()                          # optional: also runs at exit; idempotent
 
-Rank 0 hosts the coordinator on a daemon thread (bound to ``endpoint``) unless
-``AUTOBYTE_COORDINATOR`` names an external one (``autobyte coordinator --bind ...``); then
-every worker connects there. Messages are JSON with a schema version, HMAC-SHA256-signed with
+Where the coordinator is: ``endpoint=`` if given, else ``AUTOBYTE_COORDINATOR`` (a standalone
+``autobyte coordinator --bind ...``; nobody hosts), else ``AUTOBYTE_CONTROL_ENDPOINT`` (set by
+``autobyte launch`` to ``tcp://<worker0's address>:<port>``): rank 0 binds it and hosts the
+coordinator on a daemon thread, the others connect. A single worker needs none of these.
+
+Messages are JSON with a schema version, HMAC-SHA256-signed with
 ``AUTOBYTE_SECRET`` (``ensure_secret()`` makes one per job for launchers); forged, replayed,
 stale and malformed messages are dropped and logged. Decisions name a step at least
 ``lead_steps`` (default one window) ahead, on a window boundary. If the coordinator goes away,
@@ -26,7 +28,7 @@ stale and malformed messages are dropped and logged. Decisions name a step at le
 once. Nothing here blocks the training thread or keeps the process alive at exit.
 """
 
-from common.control._agent import COORDINATOR_ENV, TuningAgent
+from common.control._agent import CONTROL_ENDPOINT_ENV, COORDINATOR_ENV, TuningAgent
 from common.control._coordinator import Coordinator
 from common.control._decision import Decision
 from common.control._loop import TunerLike, TuningLoop
@@ -42,6 +44,7 @@ from common.control._wire import (
 )
 
 __all__ = [
+    "CONTROL_ENDPOINT_ENV",
     "COORDINATOR_ENV",
     "SECRET_ENV",
     "WIRE_VERSION",

@@ -32,11 +32,12 @@ from common.errors import ConfigError, ControlError
 from common.stats import StatsCollector, Window
 from common.trigger import Trigger
 
-__all__ = ["COORDINATOR_ENV", "TuningAgent"]
+__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent"]
 
 log = logging.getLogger(__name__)
 
 COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"
+CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"
 
 
 class TuningAgent:
@@ -71,12 +72,14 @@ class TuningAgent:
             log.info("live tuning is off (tuner='none'); training uses %s", config.describe())
             return
         external = env.get(COORDINATOR_ENV, "")
-        endpoint = endpoint or external or None
+        endpoint = endpoint or external or env.get(CONTROL_ENDPOINT_ENV) or None
         host = (rank == 0 and not external) if host_coordinator is None else host_coordinator
         if endpoint is None:
             if not (host and num_workers == 1):
-                raise ConfigError(f"the coordinator's address is unknown: pass endpoint= "
-                                  f"(e.g. 'tcp://<rank 0 host>:5599') or set {COORDINATOR_ENV}")
+                raise ConfigError(
+                    f"the coordinator's address is unknown: pass endpoint= (e.g. "
+                    f"'tcp://<rank 0 host>:5599'), or set {CONTROL_ENDPOINT_ENV} (rank 0 hosts "
+                    f"it; `autobyte launch` sets it) or {COORDINATOR_ENV} (a standalone one)")
             endpoint = "tcp://127.0.0.1:*"
         key = secret.encode() if isinstance(secret, str) else secret
         key = key or secret_from_env(env)

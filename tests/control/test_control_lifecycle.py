@@ -98,3 +98,25 @@ def test_forked_child_exits_without_touching_the_parents_sockets(tmp_path: Path)
     finally:
         agent.close()
     assert any(r.get("event") == "coordinator_stopped" for r in read_log(tmp_path / "d.jsonl"))
+
+
+def test_endpoint_from_the_launchers_control_endpoint(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"AUTOBYTE_SECRET": "x" * 32, "AUTOBYTE_CONTROL_ENDPOINT": f"tcp://127.0.0.1:{port}"}
+    rank0 = TuningAgent(rank=0, num_workers=2, config=Config(), tuner=ScriptedTuner([]),
+                        decision_log=tmp_path / "d.jsonl", environ=env)
+    rank1 = TuningAgent(rank=1, num_workers=2, config=Config(), environ=env)
+    try:
+        assert rank0.coordinator is not None and rank1.coordinator is None
+        assert rank0.coordinator.endpoint == rank1.endpoint == f"tcp://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while not (rank0.coordinator_alive and rank1.coordinator_alive):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        rank1.close()
+        rank0.close()
