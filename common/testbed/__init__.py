@@ -5,6 +5,7 @@
         tb.set_rate("100mbit", host=1)
 """
 
+from common.testbed._measure import Flow, measure_flow
 from common.testbed._registry import destroy, records, sweep
 from common.testbed._schedule import RateStep, ScheduleRunner, parse_schedule
 from common.testbed._testbed import DEFAULT_BASE, MAX_HOSTS, Host, Testbed, parse_seconds
@@ -12,11 +13,13 @@ from common.testbed._testbed import DEFAULT_BASE, MAX_HOSTS, Host, Testbed, pars
 __all__ = [
     "DEFAULT_BASE",
     "MAX_HOSTS",
+    "Flow",
     "Host",
     "RateStep",
     "ScheduleRunner",
     "Testbed",
     "destroy",
+    "measure_flow",
     "parse_schedule",
     "parse_seconds",
     "records",
