@@ -72,13 +72,22 @@ class TuningLoop:
         self._recent.append(obs)
         self._call("observe", obs.config, obs.speed)
         if self.pending is not None:
-            if knobs(obs.config) != knobs(self.pending.config):
+            applied = knobs(obs.config) == knobs(self.pending.config)
+            if not applied and obs.first_step < self.pending.step:
                 self._remember(obs)
                 self.log.write("window", {**record, "action": "wait", "reason":
                                f"decision {self.pending.id} applies at step {self.pending.step}"})
                 return None
-            self.current, self.pending = self.pending.config, None
-        elif knobs(obs.config) != knobs(self.current):
+            if applied:
+                self.current = self.pending.config
+            else:
+                log.warning("decision %d was not applied at step %d (workers still run %s); "
+                            "deciding again", self.pending.id, self.pending.step,
+                            obs.config.describe())
+                self.log.write("event", {"event": "not_applied", "decision_id": self.pending.id,
+                                         "step": self.pending.step})
+            self.pending = None
+        if knobs(obs.config) != knobs(self.current):
             log.warning("workers report %s but the coordinator expected %s; following them",
                         obs.config.describe(), self.current.describe())
             self.current = obs.config

@@ -124,3 +124,13 @@ def test_failing_tuner_never_stops_the_loop(tmp_path: Path) -> None:
     log.close()
     events = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "event"]
     assert events and events[0]["event"] == "tuner_error"
+
+
+def test_decision_never_applied_is_dropped_and_the_loop_decides_again() -> None:
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([B, C]), trigger=ThresholdTrigger())
+    first = loop.on_observation(observation(A, 100.0, 0))
+    assert first is not None and first.step == 20
+    assert loop.on_observation(observation(A, 100.0, 10)) is None
+    second = loop.on_observation(observation(A, 100.0, 20))  # workers did not switch at 20
+    assert second is not None and second.id == 2 and knobs(second.config) == knobs(C)
+    assert loop.current == A
