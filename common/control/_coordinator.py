@@ -169,6 +169,10 @@ class Coordinator:
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender
         if message.type == "hello":
+            claimed = message.body.get("num_workers")
+            if claimed != self.num_workers:
+                log.error("%s says the job has %r workers, this coordinator expects %d: its "
+                          "windows will be dropped", message.sender, claimed, self.num_workers)
             self._send(identity, "heartbeat", self._heartbeat())
         elif message.type == "bye":
             self._byes.add(message.sender)
