@@ -7,6 +7,7 @@ group is sent SIGKILL once more, so nothing a process forked can outlive the lau
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -27,6 +28,7 @@ __all__ = ["STDOUT", "Job", "LaunchResult", "ProcessResult", "Writable", "run_jo
 log = logging.getLogger(__name__)
 
 TIMEOUT_EXIT = 124
+CAPTURE_LINES = 20_000  # per process: a long training run must not grow without bound
 _POLL_S = 0.05
 
 
@@ -53,7 +55,8 @@ STDOUT: Writable = _CurrentStdout()
 
 @dataclasses.dataclass(frozen=True)
 class ProcessResult:
-    """``returncode`` as Popen reports it (negative: killed by that signal)."""
+    """``returncode`` as Popen reports it (negative: killed by that signal); ``output`` holds
+    the last CAPTURE_LINES lines (all of them were streamed)."""
 
     name: str
     returncode: int | None
@@ -97,7 +100,7 @@ def exit_code(returncode: int) -> int:
 class _Running:
     def __init__(self, job: Job, cwd: str | None, sink: _Sink) -> None:
         self.job = job
-        self.lines: list[str] = []
+        self.lines: collections.deque[str] = collections.deque(maxlen=CAPTURE_LINES)
         try:
             self.popen = subprocess.Popen(
                 list(job.argv), env=dict(job.env), cwd=cwd, start_new_session=True,
