@@ -8,7 +8,8 @@
 from common.testbed._measure import Flow, measure_flow
 from common.testbed._registry import destroy, records, sweep
 from common.testbed._schedule import RateStep, ScheduleRunner, parse_schedule
-from common.testbed._testbed import DEFAULT_BASE, MAX_HOSTS, Host, Testbed, parse_seconds
+from common.testbed._testbed import MAX_HOSTS, Host, Testbed
+from common.testbed._values import DEFAULT_BASE, parse_seconds
 
 __all__ = [
     "DEFAULT_BASE",

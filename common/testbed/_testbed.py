@@ -27,35 +27,23 @@ from typing import Any
 from common.errors import ConfigError, TestbedError
 from common.testbed import _lifecycle, _net, _registry
 from common.testbed._schedule import RateStep, ScheduleRunner, parse_schedule
-from common.units import format_rate, parse_rate
+from common.testbed._values import (
+    DEFAULT_BASE,
+    default_base,
+    host_address,
+    parse_seconds,
+    rate_or_none,
+)
+from common.units import format_rate
 
 __all__ = ["DEFAULT_BASE", "MAX_HOSTS", "Host", "Testbed"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE = "abt"
 MAX_HOSTS = 150
 LOOPBACK = "127.0.0.1"
 HOST_DEV = "eth0"
 _ALPHABET = string.ascii_lowercase + string.digits
-
-
-def default_base() -> str:
-    """Namespace name base: AUTOBYTE_TESTBED_PREFIX (e.g. one per engineer or CI job) or abt."""
-    base = os.environ.get("AUTOBYTE_TESTBED_PREFIX", DEFAULT_BASE)
-    if not _registry.NAME_RE.match(base) or len(base) > 5:
-        raise ConfigError("AUTOBYTE_TESTBED_PREFIX must be 2-5 lowercase letters/digits starting "
-                          f"with a letter, got {base!r}")
-    return base
-
-
-def host_address(subnet: str, index: int) -> str:
-    """Host i is ``<subnet>.<250 - i>``: three-digit last octets counting down.
-
-    ps-lite ranks nodes by address in descending string order; counting down makes that the
-    host order, so MXNet worker i placed on host i+1 also gets kv.rank i.
-    """
-    return f"{subnet}.{250 - index}"
 
 
 def _euid() -> int:
@@ -71,34 +59,6 @@ class Host:
     address: str
     netns: str | None
     index: int
-
-
-def parse_seconds(value: float | str | None, name: str) -> float | None:
-    """``0.005``, ``"5ms"``, ``"200us"``, ``"1s"`` -> seconds (None stays None)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a duration, got {name}={value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = str(value).strip().lower()
-        for unit, scale in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0), ("", 1.0)):
-            if text.endswith(unit):
-                try:
-                    seconds = float(text[: len(text) - len(unit)]) * scale
-                except ValueError:
-                    continue
-                break
-        else:
-            raise ConfigError(f"{name} must be a duration like '5ms', got {name}={value!r}")
-    if not 0 <= seconds <= 10:
-        raise ConfigError(f"{name} must be between 0 and 10 s, got {name}={value!r}")
-    return seconds
-
-
-def _rate_or_none(value: float | str | None, name: str) -> float | None:
-    return None if value is None else parse_rate(value, name)
 
 
 class Testbed:
@@ -126,11 +86,11 @@ class Testbed:
                               f"letter (it names namespaces), got {prefix=}")
         if loss is not None and (isinstance(loss, bool) or not 0 <= float(loss) <= 100):
             raise ConfigError(f"loss must be a percentage between 0 and 100, got {loss=}")
-        base_up = _rate_or_none(rate, "rate")
+        base_up = rate_or_none(rate, "rate")
         self.latency = parse_seconds(latency, "latency")
         self.loss = None if loss is None else float(loss)
-        self._up_rate = _rate_or_none(up, "up") or base_up
-        self._down_rate = _rate_or_none(down, "down") or base_up
+        self._up_rate = rate_or_none(up, "up") or base_up
+        self._down_rate = rate_or_none(down, "down") or base_up
         self.persistent = persistent
         self.owned = True
         self._lock = threading.RLock()
@@ -273,8 +233,8 @@ class Testbed:
         """Change upload/download of one host (``host``) or all (None); takes effect at once."""
         if rate is None and up is None and down is None:
             raise ConfigError("set_rate needs rate, up or down (e.g. rate='1gbit')")
-        new_up = _rate_or_none(up if up is not None else rate, "up")
-        new_down = _rate_or_none(down if down is not None else rate, "down")
+        new_up = rate_or_none(up if up is not None else rate, "up")
+        new_down = rate_or_none(down if down is not None else rate, "down")
         targets = self.hosts if host is None else [self.host(host)]
         if not self.shaped:
             message = ("AutoByte testbed: set_rate ignored: the loopback fallback has no "
