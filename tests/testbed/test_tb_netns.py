@@ -111,15 +111,17 @@ def test_crashed_run_leftovers_are_swept_by_the_next_run() -> None:
     assert sweep(BASE) == []
 
 
-def test_sigterm_to_the_owner_tears_down() -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM),
+                                           (signal.SIGINT, -signal.SIGINT)])
+def test_sigterm_or_ctrl_c_to_the_owner_tears_down(sig: signal.Signals, code: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _crash_script("term")],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         name = proc.stdout.readline().strip()
         assert f"{name}-sw" in our_netns()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
     finally:
         if proc.poll() is None:
             proc.kill()
