@@ -46,6 +46,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--lead-steps", type=int,
                         help="a decision applies at least this many steps ahead (default: one "
                         "window)")
+    parser.add_argument("--explore-budget", type=int, default=16, metavar="N",
+                        help="configurations a search tuner may try before settling (again "
+                        "after each detected change); threshold trigger only")
     parser.add_argument("--seed", type=int, default=0, help="tuner seed")
     parser.add_argument("--log", help="decision log (JSONL); default "
                         "$AUTOBYTE_LOG_DIR/decisions-<time>-<pid>.jsonl")
@@ -69,9 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     path = args.log or default_log_path()
     coordinator = Coordinator(
         bind=args.bind, num_workers=args.workers, config=config, secret=secret,
-        tuner=make_tuner(config.tuner, seed=args.seed),
-        trigger=create_trigger(args.trigger, config=config) if args.trigger != "threshold"
-        else None,
+        tuner=make_tuner(config.tuner, seed=args.seed, base=config),
+        trigger=create_trigger(args.trigger, config=config, **(
+            {"explore_budget": args.explore_budget} if args.trigger == "threshold" else {})),
         decision_log=DecisionLog(path), lead_steps=args.lead_steps,
         heartbeat_s=args.heartbeat, max_age_s=args.max_age,
         exit_when_done=args.exit_when_done, tuner_name=config.tuner)

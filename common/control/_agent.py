@@ -93,7 +93,7 @@ class TuningAgent:
             if host:
                 self.coordinator = Coordinator(
                     bind=endpoint, num_workers=num_workers, config=config, secret=key,
-                    tuner=tuner if tuner is not None else make_tuner(config.tuner),
+                    tuner=tuner if tuner is not None else make_tuner(config.tuner, base=config),
                     trigger=trigger, lead_steps=lead_steps, heartbeat_s=heartbeat_s,
                     max_age_s=max_age_s, tuner_name=config.tuner,
                     decision_log=DecisionLog(decision_log or default_log_path()),

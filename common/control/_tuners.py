@@ -4,16 +4,25 @@ the only place that needs one, and a standalone worker never does)."""
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
+from common.config import Config
 from common.control._loop import TunerLike
-from common.errors import ControlError
+from common.errors import ConfigError, ControlError
 
 __all__ = ["make_tuner"]
 
+log = logging.getLogger(__name__)
 
-def make_tuner(name: str, *, seed: int = 0, space: Any = None) -> TunerLike | None:
-    """``common.tuners.create(name, space=..., seed=...)``; None for "none"."""
+
+def make_tuner(name: str, *, seed: int = 0, space: Any = None,
+               base: Config | None = None) -> TunerLike | None:
+    """``common.tuners.create(name, space=..., seed=..., base=...)``; None for "none".
+
+    ``base`` is the job's Config: proposals keep its fields other than the two knobs. When the
+    meta-network cannot be built, Bayesian optimisation takes its place, with a warning.
+    """
     if name == "none":
         return None
     try:
@@ -24,5 +33,11 @@ def make_tuner(name: str, *, seed: int = 0, space: Any = None) -> TunerLike | No
                            f"({exc})") from None
     if space is None:
         space = tuners.SearchSpace()
-    tuner: TunerLike = create(name, space=space, seed=seed)
+    try:
+        tuner: TunerLike = create(name, space=space, seed=seed, base=base)
+    except ConfigError as exc:
+        if name != "meta":
+            raise ControlError(str(exc)) from None
+        log.warning("%s; falling back to Bayesian optimisation", exc)
+        tuner = create("bayesian", space=space, seed=seed, base=base)
     return tuner

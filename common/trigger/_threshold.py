@@ -14,7 +14,10 @@ and confirmation of marginal gains (a gain below twice what is needed must be pr
 consecutive windows; a large one switches at once).
 Exploring a candidate nobody can predict yet (a search tuner's proposal) comes first and is
 subject to none of this: each configuration is explored once, after which it has a measured
-speed, so a search tuner runs its experiments in its own order.
+speed, so a search tuner runs its experiments in its own order. At most ``explore_budget``
+experiments run between resets (an online search over 176 points would otherwise never
+settle); after that only measured or predicted configurations compete, until an adaptation
+request (the environment changed) resets the trigger and refills the budget.
 
 The gain is measured against the predicted speed of the configuration in force while the
 predictor is accurate (a bias shared by all candidates cancels), and against the observed
@@ -36,13 +39,14 @@ class ThresholdTrigger(Trigger):
     def __init__(self, *, gain_threshold: float = 0.05, adapt_threshold: float = 0.10,
                  hysteresis: float = 0.05, cooldown_windows: int = 2,
                  memory_windows: int | None = None, adapt_patience: int = 2,
-                 explore: bool = True) -> None:
+                 explore: bool = True, explore_budget: int | None = 16) -> None:
         for name, value in (("gain_threshold", gain_threshold),
                             ("adapt_threshold", adapt_threshold), ("hysteresis", hysteresis)):
             if not 0.0 <= value <= 10.0:
                 raise ConfigError(f"{name} must be between 0 and 10, got {name}={value!r}")
         for name, count in (("cooldown_windows", cooldown_windows),
                             ("memory_windows", memory_windows or 0),
+                            ("explore_budget", explore_budget or 0),
                             ("adapt_patience", adapt_patience)):
             if count < (1 if name == "adapt_patience" else 0):
                 raise ConfigError(f"{name} must be >= {int(name == 'adapt_patience')}, "
@@ -54,6 +58,7 @@ class ThresholdTrigger(Trigger):
         self.memory_windows = memory_windows
         self.adapt_patience = adapt_patience
         self.explore = explore
+        self.explore_budget = explore_budget
         self.reset()
 
     def reset(self) -> None:
@@ -62,6 +67,7 @@ class ThresholdTrigger(Trigger):
         self._misses = 0
         self._left: dict[tuple[int, int, bool], tuple[int, int]] = {}
         self._pending: tuple[int, int, bool] | None = None
+        self._explored = 0
 
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
                candidates: Sequence[Candidate]) -> Verdict:
@@ -78,7 +84,9 @@ class ThresholdTrigger(Trigger):
         best = max(known, key=lambda c: c.predicted or 0.0, default=None)
         gain = None if best is None else (best.predicted or 0.0) / baseline - 1.0
         unknown = [c for c in others if c.predicted is None]
-        if unknown and self.explore:
+        budget_left = self.explore_budget is None or self._explored < self.explore_budget
+        if unknown and self.explore and budget_left:
+            self._explored += 1
             return self._switch("explore", current, unknown[0], gain, error, adapt,
                                 f"{unknown[0].source}'s proposal has no prediction yet: "
                                 "measure it for one window")
@@ -97,7 +105,9 @@ class ThresholdTrigger(Trigger):
                 return self._switch("switch", current, best, gain, error, adapt,
                                     f"{best.source} predicts {gain:+.1%} > {needed:.1%}")
         if best is None:
-            return Verdict("stay", current, "no other candidate", None, error, adapt)
+            why = "no other candidate" if not unknown else (
+                f"exploration budget ({self.explore_budget}) spent; no measured alternative")
+            return Verdict("stay", current, why, None, error, adapt)
         return Verdict("stay", current, f"best candidate predicts {gain:+.1%}, not above "
                        f"{self.gain_threshold:.1%}", gain, error, adapt)
 

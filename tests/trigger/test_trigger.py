@@ -192,3 +192,25 @@ def test_other_policies_and_factory() -> None:
         ThresholdTrigger(cooldown_windows=-1)
     with pytest.raises(ConfigError, match=r"gain_threshold=-0\.1"):
         ThresholdTrigger(gain_threshold=-0.1)
+
+
+def test_exploration_budget_then_only_measured_candidates_until_reset() -> None:
+    configs = [Config(partition_bytes=f"{64 * 2**k}KiB", credit_bytes="64MiB")
+               for k in range(6)]
+    t = ThresholdTrigger(explore_budget=3, cooldown_windows=0)
+    current = configs[0]
+    actions = []
+    for nxt in configs[1:]:
+        v = t.decide(current=current, observed=100, predicted_current=None,
+                     candidates=[Candidate(nxt)])
+        actions.append(v.action)
+        current = v.config
+    assert actions == ["explore", "explore", "explore", "stay", "stay"]
+    assert "budget (3) spent" in v.reason
+    t.reset()
+    assert t.decide(current=current, observed=100, predicted_current=None,
+                    candidates=[Candidate(configs[0])]).action == "explore"
+    unlimited = ThresholdTrigger(explore_budget=None)
+    assert all(unlimited.decide(current=configs[0], observed=100, predicted_current=None,
+                                candidates=[Candidate(c)]).action == "explore"
+               for c in configs[1:] * 10)
