@@ -185,18 +185,24 @@ class _Run:
         if self.keep_trace:
             self.order.append(chunk)
 
-    def _advance(self, until: float) -> None:
-        """Complete every chunk that finishes by ``until``."""
+    def _advance(self, until: float, layer: int = -1) -> None:
+        """Process events up to time ``until``, or, given a ``layer``, until all its chunks
+        are complete."""
         events, done, remaining, pull = self.events, self.scheduler.done, self.remaining, self.pull
-        while events and events[0][0] <= until:
-            t, _, chunk, last = heapq.heappop(events)
+        pop, push, seq = heapq.heappop, heapq.heappush, self.seq
+        while events:
+            if layer < 0:
+                if events[0][0] > until:
+                    break
+            elif not remaining[layer]:
+                break
+            t, _, chunk, last = pop(events)
             self.now = t
             if last or pull is None:
                 done(chunk)
                 remaining[chunk.task.layer] -= 1
             else:
-                heapq.heappush(events, (pull(chunk.nbytes, t, chunk.tag), next(self.seq), chunk,
-                                        True))
+                push(events, (pull(chunk.nbytes, t, chunk.tag), next(seq), chunk, True))
 
     def _server_bases(self, config: Config) -> list[int]:
         """Round-robin server of each layer's first chunk, counting chunks in forward order."""
@@ -229,8 +235,8 @@ class _Run:
             remaining[i] = len(chunks)
             ready(*chunks)
         for i, layer in enumerate(layers):
-            while remaining[i]:
-                self._advance(self.events[0][0])
+            if remaining[i]:
+                self._advance(t, i)
             t = max(t, self.now) + layer.forward_s
         self._advance(t)  # nothing is left: every layer's chunks finished before its forward
         self.now = t

@@ -44,6 +44,8 @@ def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: f
     bits_per_byte = 8.0 * 2.0 * (workers - 1) / workers
     hops_latency = 2 * (workers - 1) * latency_s
     finish = bandwidth.finish
+    constant = bandwidth.is_constant
+    per_byte = bits_per_byte / bandwidth.peak_rate
     cpu_free = link_free = 0.0
 
     def transfer(nbytes: int, t: float, server: int) -> float:
@@ -51,7 +53,8 @@ def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: f
         issued = (t if t > cpu_free else cpu_free) + overhead_s
         cpu_free = issued
         begin = issued if issued > link_free else link_free
-        link_free = finish(begin, nbytes * bits_per_byte)
+        link_free = (begin + nbytes * per_byte if constant
+                     else finish(begin, nbytes * bits_per_byte))
         return link_free + hops_latency
 
     return transfer
