@@ -21,6 +21,7 @@ from common.errors import ConfigError
 from common.tuners._base import Tuner
 from common.tuners._bayesian import BayesianTuner
 from common.tuners._default import P3_PARTITION_BYTES, DefaultTuner
+from common.tuners._evaluate import SearchRun, SimObjective, run_search
 from common.tuners._grid import GridTuner
 from common.tuners._space import (
     DEFAULT_CREDIT_MULTIPLES,
@@ -37,11 +38,14 @@ __all__ = [
     "BayesianTuner",
     "DefaultTuner",
     "GridTuner",
+    "SearchRun",
     "SearchSpace",
+    "SimObjective",
     "Tuner",
     "available",
     "create",
     "register",
+    "run_search",
 ]
 
 TunerFactory = Callable[..., Tuner]
