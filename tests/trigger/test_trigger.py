@@ -61,10 +61,13 @@ def test_adaptation_requested_after_patience_windows_of_large_error() -> None:
 
 
 def test_when_predictor_is_off_gain_uses_observed_speed() -> None:
-    t = ThresholdTrigger(cooldown_windows=0)
+    t = ThresholdTrigger(cooldown_windows=0, adapt_patience=2)
+    first = t.decide(current=A, observed=100, predicted_current=200,
+                     candidates=[Candidate(B, 150.0)])
+    assert first.action == "stay" and "prediction off by 100%" in first.reason
     v = t.decide(current=A, observed=100, predicted_current=200,
                  candidates=[Candidate(B, 150.0)])
-    assert v.action == "switch" and v.gain == pytest.approx(0.5)
+    assert v.adapt and v.action == "switch" and v.gain == pytest.approx(0.5)
 
 
 def test_cooldown_blocks_switch_right_after_a_switch() -> None:
