@@ -7,6 +7,7 @@ import pytest
 
 from common.config import Config
 from common.errors import ConfigError
+from common.tuners import _FACTORIES as FACTORIES
 from common.tuners import (
     P3_PARTITION_BYTES,
     BayesianTuner,
@@ -19,7 +20,6 @@ from common.tuners import (
     register,
     run_search,
 )
-from common.tuners import _FACTORIES as FACTORIES
 
 KIB, MIB = 1024, 1024 * 1024
 SMALL = SearchSpace(partitions=[64 * KIB, 256 * KIB, MIB, 4 * MIB], credit_multiples=[1, 2, 4, 8])
@@ -65,7 +65,7 @@ def test_bad_speeds_are_rejected(name: str, speed: object) -> None:
 @pytest.mark.parametrize("cls", [DefaultTuner, GridTuner, BayesianTuner])
 def test_constructors_are_keyword_only_and_validated(cls: type[Tuner]) -> None:
     with pytest.raises(TypeError):
-        cls(SMALL)  # type: ignore[misc]
+        cls(SMALL)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="seed must be"):
         cls(space=SMALL, seed=-1)
     with pytest.raises(ConfigError, match="space must be"):
