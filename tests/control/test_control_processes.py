@@ -272,3 +272,23 @@ def test_no_secret_means_no_tuning_but_training_goes_on(spawn: Callable[..., Pro
     assert worker.finish() == 0, worker.stderr
     assert worker.wait_for(lambda e: e["event"] == "started")["enabled"] is False
     assert "AUTOBYTE_SECRET is not set" in worker.stderr
+
+
+def test_standalone_cli_coordinator_with_real_bayesian_tuner(
+        spawn: Callable[..., Proc], tmp_path: Path) -> None:
+    log = tmp_path / "bo.jsonl"
+    coord = spawn("coordinator", "--bind", "tcp://127.0.0.1:*", "--workers", "2", "--tuner",
+                  "bayesian", "--log", str(log), "--exit-when-done", module=True)
+    endpoint = coord.wait_line("coordinator on").split()[2]
+    workers = [spawn("--rank", str(r), "--workers", "2", "--steps", "60",
+                     extra_env={"AUTOBYTE_COORDINATOR": endpoint}) for r in range(2)]
+    for w in workers:
+        assert w.finish() == 0, w.stderr
+    assert coord.finish(timeout=15) == 0, coord.stderr
+    applied = [[(e["id"], e["step"], e["config"]["partition_bytes"]) for e in w.events
+                if e["event"] == "applied"] for w in workers]
+    assert applied[0] and applied[0] == applied[1]
+    records = read_log(log)
+    assert next(r for r in records if r["type"] == "job")["tuner"] == "bayesian"
+    assert sum(1 for r in records if r.get("event") == "bye") == 2
+    assert "every worker said bye" in coord.stderr
