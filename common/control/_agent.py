@@ -146,10 +146,11 @@ class TuningAgent:
 
     def poll(self) -> Decision | None:
         """The newest decision not returned before, or None. Never blocks."""
-        if not self._inbox:
+        decision = None
+        while self._inbox:  # popleft only: the link thread may append meanwhile
+            decision = self._inbox.popleft()
+        if decision is None:
             return None
-        decision = self._inbox.pop()
-        self._inbox.clear()
         if decision.step <= self.last_step:
             log.warning("decision %d for step %d heard at step %d: too late for that step "
                         "(the adapters' own agreement decides)", decision.id, decision.step,

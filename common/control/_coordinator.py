@@ -77,7 +77,7 @@ class Coordinator:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.log.write("job", {"num_workers": num_workers, "config": config,
-                               "tuner": (tuner_name or type(tuner).__name__) if tuner else "none",
+                               "tuner": _tuner_name(tuner, tuner_name),
                                "trigger": type(trig).__name__, "endpoint": self.endpoint,
                                "session": self._signer.session})
         log.info("coordinator listening on %s for %d worker(s)", self.endpoint, num_workers)
@@ -226,3 +226,10 @@ class Coordinator:
             self._sock.send_multipart([identity, *self._signer.sign(type_, body)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             log.debug("send to %s failed: %s", self._peers.get(identity), exc)
+
+
+def _tuner_name(tuner: TunerLike | None, requested: str) -> str:
+    """The tuner actually built (``meta`` may have fallen back to ``bayesian``)."""
+    if tuner is None:
+        return "none"
+    return str(getattr(tuner, "name", "") or requested or type(tuner).__name__)

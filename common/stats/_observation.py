@@ -25,7 +25,8 @@ class Observation:
 
     speed is the job's throughput: the sum of the per-worker speeds V (each worker trains on
     its own samples). step_time_s is the mean step time of the slowest worker (what the
-    synchronous job waits for).
+    synchronous job waits for). samples_per_step: samples one step processes across all
+    workers (the global batch; 0 when unknown).
     """
 
     window: int
@@ -44,6 +45,7 @@ class Observation:
     layer_backward_s: tuple[tuple[float, ...], ...]
     layer_bytes: tuple[int, ...]
     step_time_s: float
+    samples_per_step: float = 0.0
 
     @property
     def speed(self) -> float:
@@ -78,10 +80,13 @@ class Observation:
             raise ControlError(f"unsupported observation version {data.get('version')!r}; "
                                f"expected {OBSERVATION_VERSION}")
         try:
-            fields = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+            fields = {f.name: data[f.name] for f in dataclasses.fields(cls)
+                      if f.name in data or f.default is dataclasses.MISSING}
             fields["config"] = Config.from_dict(fields["config"])
             for name in ("ranks", "layer_bytes"):
                 fields[name] = tuple(int(v) for v in fields[name])
+            if "samples_per_step" in fields:
+                fields["samples_per_step"] = float(fields["samples_per_step"])
             for name in ("speed_per_worker", "bandwidth_up", "bandwidth_down"):
                 fields[name] = tuple(float(v) for v in fields[name])
             fields["layer_backward_s"] = tuple(
@@ -128,4 +133,5 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
         layer_backward_s=tuple(w.layer_backward_s for w in rows),
         layer_bytes=layer_bytes,
         step_time_s=max((w.elapsed_s / w.steps for w in measured), default=0.0),
+        samples_per_step=sum(w.samples / w.steps for w in measured),
     )

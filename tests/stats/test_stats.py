@@ -110,6 +110,7 @@ def test_merge_gives_per_worker_rows_in_rank_order() -> None:
     assert obs.speed_per_worker == pytest.approx((320.0, 160.0))
     assert obs.speed == pytest.approx(480.0)
     assert obs.step_time_s == pytest.approx(0.2)
+    assert obs.samples_per_step == pytest.approx(64.0)
     assert len(obs.layer_backward_s) == 2 and obs.num_layers == 3
     assert Observation.from_dict(json.loads(json.dumps(obs.to_dict()))) == obs
 
@@ -145,3 +146,10 @@ def test_malformed_layer_lists_are_rejected(field: str, value: object) -> None:
     d[field] = value
     with pytest.raises(ControlError, match=field):
         Window.from_dict(d)
+
+
+def test_observation_from_an_older_dict_without_samples_per_step() -> None:
+    obs = merge_windows([_collect(rank=0)[0], _collect(rank=1)[0]])
+    data = obs.to_dict()
+    del data["samples_per_step"]
+    assert Observation.from_dict(data).samples_per_step == 0.0
