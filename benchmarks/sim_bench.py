@@ -57,7 +57,7 @@ def timing(repeat: int) -> None:
                 walls.append(time.perf_counter() - start)
             print(f"{arch:>10} {format_bytes(partition):>10} {len(result.trace):>7} "
                   f"{min(walls) * 1e3:>12.1f} {result.iteration_s * 1e3:>13.1f}")
-    walls = []
+    scaling: list[str] = []
     for workers in (8, 128, 1024):
         best = float("inf")
         for _ in range(repeat):
@@ -65,8 +65,8 @@ def timing(repeat: int) -> None:
             simulate(profile, Config(partition_bytes=MIB, credit_bytes=4 * MIB),
                      workers=workers, arch="allreduce", bandwidth="10gbit", trace=False)
             best = min(best, time.perf_counter() - start)
-        walls.append(f"{workers} workers {best * 1e3:.1f} ms")
-    print("   1 MiB partitions, all-reduce, no trace: " + ", ".join(walls))
+        scaling.append(f"{workers} workers {best * 1e3:.1f} ms")
+    print("   1 MiB partitions, all-reduce, no trace: " + ", ".join(scaling))
 
 
 def bo_vs_grid(seeds: int) -> bool:
