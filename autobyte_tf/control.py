@@ -1,0 +1,223 @@
+"""Step boundaries: config agreement, sampled steps, plans and retraces.
+
+Every worker must switch configuration (and plan) at the same step, because collectives are
+matched by creation order. At every ``window_steps``-th step boundary each worker takes part in
+one tiny collective that broadcasts rank 0's decision: the configuration in force from this
+step on and, once, rank 0's measured per-tensor backward times. A worker whose plan changed
+rebuilds its step function (a retrace) at that same step; between changes nothing but a step
+counter runs in Python.
+
+Sampled steps (one per window) run a second trace of the step with gradient-ready stamps, so
+the steady-state trace carries no Python ops at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from autobyte_tf.planning import Plan, TensorInfo, make_plan
+from autobyte_tf.stats import StepRecorder, backward_times
+from common.config import Config
+
+__all__ = ["Controller", "SteppedFunction"]
+
+log = logging.getLogger(__name__)
+
+_HEADER = 5  # [have_config, partition_bytes, credit_bytes, scheduling, have_times]
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    sample: bool
+    rebuild: bool
+
+
+class Controller:
+    """Holds the configuration in force, plans per call signature, and the step protocol.
+
+    ``broadcast`` sends rank 0's float64 vector to every worker (a collective); it is called at
+    the same steps on every worker with vectors of the same length.
+    """
+
+    def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
+                 broadcast: Callable[[NDArray[Any]], NDArray[Any]],
+                 sample_every: int | None = None) -> None:
+        self._config = config
+        self._pending: Config | None = None
+        self.rank, self.workers = rank, workers
+        self._bandwidth = bandwidth
+        self._broadcast = broadcast
+        self._sample_every = sample_every or config.window_steps
+        self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
+        self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
+        self._main: tuple[TensorInfo, ...] | None = None
+        self._sampling = False
+        self._traced = False
+        self._lock = threading.Lock()
+        self._ready: dict[tuple[TensorInfo, ...], list[float]] = {}
+        self._start = math.nan
+        self._local_times: tuple[float, ...] | None = None
+        self._times_sent = False
+        self.recorder = StepRecorder(window=config.window_steps, workers=workers)
+        self.step = 0
+
+    # -- what the cross-device op asks while tracing ------------------------------------------
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def measured_plan(self) -> bool:
+        return self._main is not None and self._main in self._times
+
+    @property
+    def scheduling(self) -> bool:
+        return self._config.scheduling
+
+    def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan:
+        """The plan for one all-reduce call; the largest call (the gradients) gets measured
+        times once rank 0 has broadcast them, every other call keeps readiness order."""
+        self._traced = True
+        if self._main is None or _bytes(tensors) > _bytes(self._main):
+            self._main = tensors
+            self.recorder.set_layers([t.name for t in tensors], [t.nbytes for t in tensors])
+        times = self._times.get(tensors)
+        key = (tensors, times is not None)
+        plan = self._plans.get(key)
+        if plan is None or plan.config != self._config:
+            plan = make_plan(tensors, self._config, workers=self.workers,
+                             bandwidth=self._bandwidth, backward_s=times)
+            self._plans[key] = plan
+        return plan
+
+    def stamps(self) -> Controller | None:
+        return self if self._sampling else None
+
+    def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None:
+        with self._lock:
+            self._ready.setdefault(call, [math.nan] * len(call))[index] = when
+
+    def stamp_start(self, when: float) -> None:
+        self._start = when
+
+    # -- the step protocol ----------------------------------------------------------------------
+    def reconfigure(self, config: Config) -> None:
+        """Ask for ``config`` from the next agreement boundary on (rank 0's request wins)."""
+        if not isinstance(config, Config):
+            raise TypeError(f"reconfigure needs a common.config.Config, got {config!r}")
+        self._pending = config
+
+    def begin(self) -> _Step:
+        rebuild = False
+        if self.step > 0 and self.step % self._config.window_steps == 0:
+            rebuild = self._agree()
+        sample = self.step % self._sample_every == 1 % self._sample_every
+        self._traced = False
+        with self._lock:
+            self._ready.clear()
+        self._start = math.nan
+        return _Step(sample=sample, rebuild=rebuild)
+
+    @contextmanager
+    def tracing(self, sample: bool) -> Iterator[None]:
+        self._sampling = sample
+        try:
+            yield
+        finally:
+            self._sampling = False
+
+    def end(self, step: _Step, seconds: float, samples: int) -> None:
+        traced = self._traced
+        self.recorder.record_step(seconds, samples, traced=traced)
+        if step.sample and not traced and self._main is not None:
+            ready = self._ready.get(self._main)
+            if ready is not None and not math.isnan(self._start) and \
+                    not any(math.isnan(x) for x in ready):
+                relative = [x - self._start for x in ready]
+                self.recorder.record_ready(relative)
+                self._local_times = tuple(backward_times(relative))
+        self.step += 1
+
+    def _agree(self) -> bool:
+        """One broadcast from rank 0; True if this step must use a new plan."""
+        length = len(self._main) if self._main is not None else 0
+        vector = np.zeros(_HEADER + length, dtype=np.float64)
+        if self.rank == 0:
+            if self._pending is not None:
+                c = self._pending
+                vector[:4] = (1.0, c.partition_bytes, c.credit_bytes, float(c.scheduling))
+            if self._local_times is not None and not self._times_sent and length:
+                vector[4] = 1.0
+                vector[_HEADER:] = self._local_times
+        if self.workers > 1:
+            started = time.perf_counter()
+            vector = self._broadcast(vector)
+            log.debug("step %d: agreement took %.1f ms", self.step,
+                      (time.perf_counter() - started) * 1e3)
+        self._pending = None
+        rebuild = False
+        if vector[0] == 1.0:
+            new = self._config.replace(partition_bytes=int(vector[1]),
+                                       credit_bytes=int(vector[2]),
+                                       scheduling=bool(vector[3]))
+            if new != self._config:
+                log.info("step %d: AutoByte switches to %s", self.step, new.describe())
+                self._config = new
+                rebuild = True
+        if vector[4] == 1.0 and self._main is not None:
+            self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
+            self._times_sent = True
+            rebuild = True
+        if rebuild:
+            self._plans.clear()
+        return rebuild
+
+
+def _bytes(tensors: tuple[TensorInfo, ...]) -> int:
+    return sum(t.nbytes for t in tensors)
+
+
+class SteppedFunction:
+    """A step function that keeps the step protocol: agree, maybe rebuild, run, record.
+
+    ``build`` makes a fresh step callable (a new trace); two are kept, the steady-state one and
+    the sampled one (gradient-ready stamps), and both are dropped when the plan changes.
+    ``samples`` reads this worker's running sample count after a step.
+    """
+
+    def __init__(self, controller: Controller, build: Callable[[], Callable[..., Any]],
+                 samples: Callable[[], int], *, can_sample: Callable[[], bool]) -> None:
+        self._controller = controller
+        self._build = build
+        self._samples = samples
+        self._can_sample = can_sample
+        self._fns: dict[bool, Callable[..., Any]] = {}
+        self._count = samples()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        step = self._controller.begin()
+        if step.rebuild:
+            self._fns.clear()
+        sample = step.sample and self._can_sample()
+        fn = self._fns.get(sample)
+        if fn is None:
+            fn = self._fns[sample] = self._build()
+        started = time.perf_counter()
+        with self._controller.tracing(sample):
+            out = fn(*args, **kwargs)
+        seconds = time.perf_counter() - started
+        count = self._samples()
+        self._controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds,
+                             count - self._count)
+        self._count = count
+        return out

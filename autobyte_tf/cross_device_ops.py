@@ -1,0 +1,154 @@
+"""AutoByte's cross-device op: chunked, planned, lane-bounded all-reduce on TF collectives.
+
+Everything MultiWorkerMirroredStrategy all-reduces (gradients through the optimizer's
+replica-context all-reduce, metrics through ``strategy.reduce``) reaches
+``CollectiveAllReduce._all_reduce``. This subclass replaces it while a step is traced: each
+tensor is split into chunks of at most ``partition_bytes`` and every chunk becomes one
+``CollectiveReduceV2``, created in the planned order. Collectives that share an ordering token
+run in creation order, so ``lanes`` tokens bound the chunks in flight. Instance keys come from
+MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
+
+Eager calls, sparse gradients and tensors without a static shape take MWMS's path unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+from numpy.typing import NDArray
+from tensorflow.python.distribute import cross_device_ops as tf_cdo
+from tensorflow.python.distribute import reduce_util
+
+from autobyte_tf.planning import MAX_LANES, Plan, TensorInfo
+
+__all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after"]
+
+
+class ReadyStamps(Protocol):
+    """Receives gradient-ready times while a sampled step runs (called from TF threads)."""
+
+    def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None: ...
+
+
+class Planner(Protocol):
+    """What the cross-device op asks of the strategy while tracing."""
+
+    @property
+    def scheduling(self) -> bool: ...
+
+    def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan: ...
+
+    def stamps(self) -> ReadyStamps | None:
+        """Non-None only while the sampled variant of a step is being traced."""
+        ...
+
+
+class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
+    """Drop-in for MWMS's ``CollectiveAllReduce`` with the same devices, group and keys."""
+
+    def __init__(self, base: Any, planner: Planner) -> None:
+        super().__init__(devices=base._devices, group_size=base._group_size,
+                         options=base._options, collective_keys=base._collective_keys,
+                         canonicalize_devices=base._canonicalize_devices)
+        self._planner = planner
+        self._lanes: list[list[Any]] = []
+        with tf.init_scope():
+            for device in self._devices:
+                with tf.device(device):
+                    self._lanes.append([tf.Variable(0.0, trainable=False,
+                                                    name=f"autobyte_lane{i}")
+                                        for i in range(MAX_LANES)])
+        self.chunks_traced = 0
+
+    def _all_reduce(self, reduce_op: Any, value: Any, replica_id: int, options: Any) -> Any:
+        flat = tf.nest.flatten(value)
+        if not self._planner.scheduling or tf.executing_eagerly() or not flat or \
+                not all(_schedulable(t) for t in flat):
+            return super()._all_reduce(reduce_op, value, replica_id, options)
+        infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size)
+                      for i, t in enumerate(flat))
+        plan = self._planner.plan_for(infos)
+        stamps = self._planner.stamps()
+        device = self._devices[replica_id]
+        with tf.device(device), tf.name_scope("autobyte_allreduce"):
+            reduced = self._issue(flat, plan, replica_id, options)
+            marks = [] if stamps is None else _ready_marks(flat, infos, stamps)
+            out = []
+            for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
+                if reduce_op == reduce_util.ReduceOp.MEAN:
+                    r = r / tf.cast(self._group_size, r.dtype)
+                r = tf.reshape(r, t.shape.as_list())
+                out.append(after(marks[i], r) if marks else r)
+        return tf.nest.pack_sequence_as(value, out)
+
+    def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
+               options: Any) -> list[Any]:
+        """Create one collective per planned chunk, in plan order; return each tensor whole."""
+        launcher = self._launchers[replica_id]
+        lanes = self._lanes[replica_id]
+        hint = options.implementation.value
+        timeout = float(options.timeout_seconds or 0.0)
+        parts: list[list[Any]] = []
+        for i, t in enumerate(flat):
+            chunks = plan.chunks_of(i)
+            vector = tf.reshape(t, [-1])
+            parts.append(tf.split(vector, [c.size for c in chunks]) if len(chunks) > 1
+                         else [vector])
+        results: list[list[Any]] = [[None] * len(p) for p in parts]
+        for chunk in plan.chunks:
+            results[chunk.tensor][chunk.index] = tf.raw_ops.CollectiveReduceV2(
+                input=parts[chunk.tensor][chunk.index], group_size=self._group_size,
+                group_key=launcher._group_key, instance_key=launcher._next_instance_key(),
+                ordering_token=[lanes[chunk.lane].handle], merge_op="Add", final_op="Id",
+                communication_hint=hint, timeout_seconds=timeout)
+        self.chunks_traced += len(plan.chunks)
+        return [r[0] if len(r) == 1 else tf.concat(r, 0) for r in results]
+
+
+def _schedulable(t: Any) -> bool:
+    return isinstance(t, tf.Tensor) and t.shape.is_fully_defined() and \
+        t.shape.num_elements() > 0 and t.dtype.is_floating
+
+
+def _nbytes(t: Any) -> int:
+    return int(t.shape.num_elements()) * int(t.dtype.size)
+
+
+def after(mark: Any, t: Any) -> Any:
+    """``t``, made to depend on ``mark`` (a 0-valued int8) through data, not control.
+
+    Grappler turns stateless ops whose outputs only feed control edges into no-ops (and
+    drops an EnsureShape together with what feeds it), so the stamp's output goes into ``t``'s
+    shape (0 added) and the static shape is set as metadata: free, and the stamp stays.
+    """
+    out = tf.reshape(t, tf.shape(t) + tf.cast(mark, tf.int32))
+    out.set_shape(t.shape)
+    return out
+
+
+def _ready_marks(flat: Sequence[Any], infos: tuple[TensorInfo, ...],
+                 stamps: ReadyStamps) -> list[Any]:
+    """One stateless Python op per gradient, run as soon as that gradient exists.
+
+    stateful=False matters: stateful Python ops are chained in program order by automatic
+    control dependencies, which would stamp every gradient at the time of the last one. The
+    op reads one element, so the stamp costs no copy of the gradient.
+    """
+    marks = []
+    for i, t in enumerate(flat):
+        first = tf.reshape(t, [-1])[:1]
+        marks.append(tf.numpy_function(_stamper(stamps, infos, i), [first], tf.int8,
+                                       stateful=False, name=f"autobyte_ready{i}"))
+    return marks
+
+
+def _stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],
+             index: int) -> Callable[[NDArray[Any]], np.int8]:
+    def stamp(_: NDArray[Any]) -> np.int8:
+        stamps.stamp(infos, index, time.perf_counter())
+        return np.int8(0)
+    return stamp

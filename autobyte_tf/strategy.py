@@ -1,0 +1,223 @@
+"""AutoByteStrategy: MultiWorkerMirroredStrategy with AutoByte's all-reduce.
+
+    strategy = autobyte_tf.AutoByteStrategy()      # TF_CONFIG as for MWMS
+    with strategy.scope():
+        model = build_model(); model.compile(...)
+    model.fit(dataset, ...)
+    strategy.reconfigure(partition_bytes="512KiB", credit_bytes="2MiB")   # live, all workers
+    strategy.statistics()                                                 # for the tuner
+
+Everything else is MWMS's: variables, datasets, checkpoints, the collective runtime. Only the
+cross-device op is replaced (``cross_device_ops``), Keras 3 is made to work under MWMS
+(``keras_compat``), and step calls keep the agreement protocol (``control``). Custom loops use
+``strategy.run`` as with MWMS; wrap the step in ``strategy.function`` (instead of
+``tf.function``) to get reconfiguration and statistics there too.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from numpy.typing import NDArray
+
+from autobyte_tf import keras_compat
+from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
+from autobyte_tf.control import Controller, SteppedFunction
+from autobyte_tf.cross_device_ops import AutoByteAllReduce, after
+from autobyte_tf.stats import TrainingStats
+from common.config import Config
+from common.errors import ConfigError
+from common.units import parse_rate
+
+__all__ = ["AutoByteStrategy"]
+
+log = logging.getLogger(__name__)
+
+_SYNC_GROUP_KEY = 0x41420001  # our own collective group for step agreement; MWMS counts from 1
+_SYNC_KEYS = itertools.count(1)
+_STRATEGY_COUNT = itertools.count(1)
+_KEY_BASE_STRIDE = 10_000
+DEFAULT_BANDWIDTH = "1gbit"
+
+
+class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: ignore[misc]
+    """MWMS whose gradients are all-reduced in chunks, planned, with a bounded window.
+
+    Knobs: ``config`` (a ``common.config.Config``) and/or its fields as keywords
+    (``partition_bytes``, ``credit_bytes``, ``scheduling``, ``window_steps``, ...); precedence is
+    keywords > ``AUTOBYTE_*`` environment > defaults. ``bandwidth`` (bits/s per worker link,
+    e.g. "10gbit") only shapes the simulated plan. ``sync_timeout`` (s) bounds the step
+    agreement collective, so a lost worker is reported instead of hanging forever.
+    """
+
+    def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,
+                 sample_every: int | None = None, sync_timeout: float = 300.0,
+                 cluster_resolver: Any = None, communication_options: Any = None,
+                 **options: Any) -> None:
+        resolved = _resolve_config(config, options)
+        rate = parse_rate(bandwidth, "bandwidth")
+        if sample_every is not None and (isinstance(sample_every, bool) or
+                                         not isinstance(sample_every, int) or sample_every < 1):
+            raise ConfigError(
+                f"sample_every must be an int >= 1, got sample_every={sample_every!r}")
+        if not (isinstance(sync_timeout, int | float) and sync_timeout > 0):
+            raise ConfigError(
+                f"sync_timeout must be > 0 seconds, got sync_timeout={sync_timeout!r}")
+        if cluster_resolver is None:
+            parse_tf_config()
+        check_no_auto_jit()
+        # MWMS instances in one process share collective keys unless their bases differ; each
+        # AutoByteStrategy takes its own (workers create strategies in the same order).
+        self._collective_key_base = _KEY_BASE_STRIDE * next(_STRATEGY_COUNT)
+        super().__init__(cluster_resolver=cluster_resolver,
+                         communication_options=communication_options)
+        keras_compat.install()
+        extended = self.extended
+        self._worker_device = extended.worker_devices[0]
+        workers = int(extended._num_workers)
+        rank = int(getattr(extended, "_id_in_cluster", 0) or 0)
+        with tf.init_scope(), tf.device(self._worker_device):
+            self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                        name="autobyte_samples")
+        self._controller = Controller(
+            config=resolved, rank=rank, workers=workers, bandwidth=rate,
+            broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),
+            sample_every=sample_every)
+        self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller)
+        extended._cross_device_ops = self._cross_ops
+        self._autobyte_hooks = self
+        log.info("AutoByteStrategy: worker %d of %d, %s", rank, workers, resolved.describe())
+
+    # -- public API ------------------------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The configuration in force (changes only at an agreement step)."""
+        return self._controller.config
+
+    @property
+    def rank(self) -> int:
+        return self._controller.rank
+
+    @property
+    def num_workers(self) -> int:
+        return self._controller.workers
+
+    @property
+    def step(self) -> int:
+        """Steps run through ``fit`` or ``strategy.function`` so far."""
+        return self._controller.step
+
+    @property
+    def measured_plan(self) -> bool:
+        """True once the gradients' plan comes from measured layer times (the simulator)."""
+        return self._controller.measured_plan
+
+    def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
+        """Switch to ``config`` (or the current one with ``changes``) at the next agreement step.
+
+        Every worker switches at the same step; rank 0's request decides (calling it on every
+        worker with the same value is fine). The next step of each function retraces once.
+        """
+        if config is None:
+            new = self.config.replace(**changes)
+        elif changes:
+            new = config.replace(**changes)
+        else:
+            new = config
+        self._controller.reconfigure(new)
+
+    def statistics(self) -> TrainingStats:
+        """Step time, samples/s, bytes/s and sampled per-layer gradient-ready times."""
+        return self._controller.recorder.snapshot(self.config)
+
+    def function(self, fn: Callable[..., Any], *, jit_compile: bool | None = None,
+                 **tf_function_options: Any) -> Callable[..., Any]:
+        """``tf.function(fn)`` for custom loops, keeping AutoByte's step protocol."""
+        if jit_compile:
+            raise ConfigError("AutoByteStrategy.function cannot use jit_compile=True: XLA "
+                              "cannot compile AutoByte's per-chunk collectives and Python "
+                              "stamps; leave jit_compile unset or False")
+        return self.stepped(functools.partial(tf.function, fn, **tf_function_options),
+                            can_sample=lambda: True)
+
+    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None,
+            options: Any = None) -> Any:
+        return super().run(self._counted(fn), args=args, kwargs=kwargs, options=options)
+
+    # -- hooks for keras_compat ------------------------------------------------------------------
+    def stepped(self, build: Callable[[], Callable[..., Any]], *,
+                can_sample: Callable[[], bool]) -> SteppedFunction:
+        return SteppedFunction(self._controller, build, lambda: int(self._samples.numpy()),
+                               can_sample=can_sample)
+
+    def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Count this worker's samples; on sampled traces, stamp when the step's data arrives."""
+        controller = self._controller
+        samples = self._samples
+
+        @functools.wraps(fn)
+        def replica_fn(*args: Any, **kwargs: Any) -> Any:
+            leaves = tf.nest.flatten((args, kwargs))
+            at = _batch_leaf(leaves)
+            if at is None or tf.executing_eagerly():
+                return fn(*args, **kwargs)
+            samples.assign_add(tf.cast(tf.shape(leaves[at])[0], tf.int64))
+            if controller.stamps() is not None:  # the step starts when its data is there
+                start = tf.numpy_function(_start_stamper(controller),
+                                          [tf.reshape(leaves[at], [-1])[:1]], tf.int8,
+                                          stateful=False, name="autobyte_step_start")
+                leaves[at] = after(start, leaves[at])
+                args, kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves)
+            return fn(*args, **kwargs)
+
+        return replica_fn
+
+
+def _resolve_config(config: Config | None, options: dict[str, Any]) -> Config:
+    if config is None:
+        return Config.from_env(**options)
+    if not isinstance(config, Config):
+        raise ConfigError(f"config must be a common.config.Config, got config={config!r}")
+    return config.replace(**options) if options else config
+
+
+def _batch_leaf(leaves: list[Any]) -> int | None:
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
+            return i
+    return None
+
+
+def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
+    import time
+
+    def stamp(_: NDArray[Any]) -> np.int8:
+        controller.stamp_start(time.perf_counter())
+        return np.int8(0)
+    return stamp
+
+
+class _Broadcaster:
+    """Rank 0's float64 vector to every worker, through one eager collective sum."""
+
+    def __init__(self, device: str, workers: int, timeout: float) -> None:
+        self._device = device
+        self._workers = workers
+        self._timeout = timeout
+        self._keys = _SYNC_KEYS  # shared: every worker makes its strategies in one order
+
+    def __call__(self, vector: NDArray[Any]) -> NDArray[Any]:
+        with tf.device(self._device):
+            out = tf.raw_ops.CollectiveReduceV2(
+                input=tf.constant(vector, dtype=tf.float64), group_size=self._workers,
+                group_key=_SYNC_GROUP_KEY, instance_key=next(self._keys), ordering_token=[],
+                merge_op="Add", final_op="Id", communication_hint="auto",
+                timeout_seconds=self._timeout)
+        result: NDArray[Any] = out.numpy()
+        return result
