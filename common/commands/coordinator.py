@@ -49,6 +49,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--explore-budget", type=int, default=16, metavar="N",
                         help="configurations a search tuner may try before settling (again "
                         "after each detected change); threshold trigger only")
+    parser.add_argument("--lead-seconds", type=float, default=0.3, metavar="SECONDS",
+                        help="... and at least this long ahead at the measured step time")
     parser.add_argument("--seed", type=int, default=0, help="tuner seed")
     parser.add_argument("--log", help="decision log (JSONL); default "
                         "$AUTOBYTE_LOG_DIR/decisions-<time>-<pid>.jsonl")
@@ -75,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         tuner=make_tuner(config.tuner, seed=args.seed, base=config),
         trigger=create_trigger(args.trigger, config=config, **(
             {"explore_budget": args.explore_budget} if args.trigger == "threshold" else {})),
-        decision_log=DecisionLog(path), lead_steps=args.lead_steps,
+        decision_log=DecisionLog(path), lead_steps=args.lead_steps, lead_s=args.lead_seconds,
         heartbeat_s=args.heartbeat, max_age_s=args.max_age,
         exit_when_done=args.exit_when_done, tuner_name=config.tuner)
     print(f"coordinator on {coordinator.endpoint} for {args.workers} worker(s), tuner "

@@ -48,7 +48,7 @@ class TuningAgent:
                  host_coordinator: bool | None = None, secret: bytes | str | None = None,
                  tuner: TunerLike | None = None, trigger: Trigger | None = None,
                  decision_log: str | os.PathLike[str] | None = None,
-                 lead_steps: int | None = None, heartbeat_s: float = 1.0,
+                 lead_steps: int | None = None, lead_s: float = 0.3, heartbeat_s: float = 1.0,
                  dead_after_s: float = 10.0, max_age_s: float = 60.0,
                  environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
@@ -94,7 +94,7 @@ class TuningAgent:
                 self.coordinator = Coordinator(
                     bind=endpoint, num_workers=num_workers, config=config, secret=key,
                     tuner=tuner if tuner is not None else make_tuner(config.tuner, base=config),
-                    trigger=trigger, lead_steps=lead_steps, heartbeat_s=heartbeat_s,
+                    trigger=trigger, lead_steps=lead_steps, lead_s=lead_s, heartbeat_s=heartbeat_s,
                     max_age_s=max_age_s, tuner_name=config.tuner,
                     decision_log=DecisionLog(decision_log or default_log_path()),
                 ).start()

@@ -40,7 +40,7 @@ class Coordinator:
     def __init__(self, *, bind: str, num_workers: int, config: Config, secret: bytes,
                  tuner: TunerLike | None = None, trigger: Trigger | None = None,
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
-                 heartbeat_s: float = 1.0, max_age_s: float = 60.0,
+                 lead_s: float = 0.3, heartbeat_s: float = 1.0, max_age_s: float = 60.0,
                  exit_when_done: bool = False, tuner_name: str = "") -> None:
         if num_workers < 1:
             raise ConfigError(f"num_workers must be >= 1, got num_workers={num_workers}")
@@ -55,7 +55,8 @@ class Coordinator:
         self.log = decision_log or DecisionLog(None)
         trig = trigger or create_trigger("threshold", config=config)
         self.loop = TuningLoop(config=config, tuner=tuner, trigger=trig, decision_log=self.log,
-                               lead_steps=lead_steps, session=self._signer.session)
+                               lead_steps=lead_steps, lead_s=lead_s,
+                               session=self._signer.session)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)

@@ -3,7 +3,9 @@
 Per merged window: tell the tuner what the configuration in force achieved, ask it for a
 proposal, attach predictions (the tuner's own when it has a model, otherwise the speed this
 job measured for that configuration earlier), let the trigger decide, log everything, and
-turn a switch into a Decision at a step far enough ahead that every worker hears it first.
+turn a switch into a Decision at a step far enough ahead that every worker hears it first:
+at least ``lead_steps`` steps and ``lead_s`` seconds (at the measured step time) after the
+window, rounded up to a window boundary.
 While a decision is pending (its step not yet reached), windows are observed but not acted on.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -42,13 +45,14 @@ class TunerLike(Protocol):
 class TuningLoop:
     def __init__(self, *, config: Config, tuner: TunerLike | None, trigger: Trigger,
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
-                 session: str = "", history: int = 5) -> None:
+                 lead_s: float = 0.3, session: str = "", history: int = 5) -> None:
         self.current = config
         self.tuner = tuner
         self.trigger = trigger
         self.log = decision_log or DecisionLog(None)
         self.window_steps = config.window_steps
         self.lead_steps = self.window_steps if lead_steps is None else lead_steps
+        self.lead_s = lead_s
         self.session = session
         self.pending: Decision | None = None
         self.latest: Decision | None = None
@@ -120,7 +124,10 @@ class TuningLoop:
     def _decide(self, obs: Observation, verdict: Verdict) -> Decision | None:
         if verdict.action == "stay" or knobs(verdict.config) == knobs(self.current):
             return None
-        start = obs.last_step + 1 + self.lead_steps
+        lead = self.lead_steps
+        if obs.step_time_s > 0:
+            lead = max(lead, math.ceil(self.lead_s / obs.step_time_s))
+        start = obs.last_step + 1 + lead
         step = -(-start // self.window_steps) * self.window_steps
         new = self.current.replace(partition_bytes=verdict.config.partition_bytes,
                                    credit_bytes=verdict.config.credit_bytes,

@@ -130,7 +130,7 @@ def test_rank0_hosts_coordinator_and_both_workers_switch_at_the_same_step(
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     log = tmp_path / "decisions.jsonl"
     workers = [spawn("--rank", str(r), "--workers", "2", "--endpoint", endpoint,
-                     "--steps", "40", "--log", str(log)) for r in range(2)]
+                     "--steps", "80", "--log", str(log)) for r in range(2)]
     for w in workers:
         assert w.finish() == 0, w.stderr
         done = w.wait_for(lambda e: e["event"] == "done")
@@ -278,9 +278,10 @@ def test_standalone_cli_coordinator_with_real_bayesian_tuner(
         spawn: Callable[..., Proc], tmp_path: Path) -> None:
     log = tmp_path / "bo.jsonl"
     coord = spawn("coordinator", "--bind", "tcp://127.0.0.1:*", "--workers", "2", "--tuner",
-                  "bayesian", "--log", str(log), "--exit-when-done", module=True)
+                  "bayesian", "--log", str(log), "--exit-when-done", "--lead-seconds", "0.8",
+                  module=True)
     endpoint = coord.wait_line("coordinator on").split()[2]
-    workers = [spawn("--rank", str(r), "--workers", "2", "--steps", "60",
+    workers = [spawn("--rank", str(r), "--workers", "2", "--steps", "100",
                      extra_env={"AUTOBYTE_COORDINATOR": endpoint}) for r in range(2)]
     for w in workers:
         assert w.finish() == 0, w.stderr

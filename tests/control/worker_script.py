@@ -35,7 +35,7 @@ def run_worker(args: argparse.Namespace) -> None:
                         arch="ps", endpoint=args.endpoint, tuner=tuner,
                         host_coordinator=True if args.host else None,
                         heartbeat_s=args.heartbeat, dead_after_s=args.dead_after,
-                        decision_log=args.log)
+                        decision_log=args.log, lead_s=args.lead_seconds)
     agent.set_layer_bytes([4096, 8192])
     emit(event="started", enabled=agent.enabled, endpoint=agent.endpoint)
     pending = None
@@ -65,7 +65,8 @@ def run_coordinator(args: argparse.Namespace) -> None:
     assert secret is not None
     coordinator = Coordinator(bind=args.endpoint, num_workers=args.workers, config=config,
                               secret=secret, tuner=ScriptedTuner([config.replace(**FAST)] * 3),
-                              heartbeat_s=args.heartbeat, decision_log=DecisionLog(args.log))
+                              heartbeat_s=args.heartbeat, decision_log=DecisionLog(args.log),
+                              lead_s=args.lead_seconds)
     emit(event="listening", endpoint=coordinator.endpoint)
     coordinator.run()
 
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=0.2)
     parser.add_argument("--dead-after", type=float, default=1.0)
     parser.add_argument("--log")
+    parser.add_argument("--lead-seconds", type=float, default=0.8,
+                        help="decision lead: generous, the test machine is shared and loaded")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(name)s %(levelname)s %(message)s")
