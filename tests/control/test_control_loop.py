@@ -134,3 +134,10 @@ def test_decision_never_applied_is_dropped_and_the_loop_decides_again() -> None:
     second = loop.on_observation(observation(A, 100.0, 20))  # workers did not switch at 20
     assert second is not None and second.id == 2 and knobs(second.config) == knobs(C)
     assert loop.current == A
+
+
+def test_lead_covers_lead_s_at_the_measured_step_time() -> None:
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+                      lead_steps=1, lead_s=2.0)
+    decision = loop.on_observation(observation(A, 100.0, 0))  # step_time_s=0.1 -> 20 steps
+    assert decision is not None and decision.step == 30
