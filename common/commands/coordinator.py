@@ -46,14 +46,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--lead-steps", type=int,
                         help="a decision applies at least this many steps ahead (default: one "
                         "window)")
+    parser.add_argument("--lead-seconds", type=float, default=0.3, metavar="SECONDS",
+                        help="... and at least this long ahead at the measured step time")
     parser.add_argument("--explore-budget", type=int, default=16, metavar="N",
                         help="configurations a search tuner may try before settling (again "
                         "after each detected change); threshold trigger only")
-    parser.add_argument("--lead-seconds", type=float, default=0.3, metavar="SECONDS",
-                        help="... and at least this long ahead at the measured step time")
     parser.add_argument("--seed", type=int, default=0, help="tuner seed")
     parser.add_argument("--log", help="decision log (JSONL); default "
-                        "$AUTOBYTE_LOG_DIR/decisions-<time>-<pid>.jsonl")
+                        "$AUTOBYTE_LOG_DIR (or ./autobyte-logs)/decisions-<time>-<pid>.jsonl")
     parser.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS")
     parser.add_argument("--max-age", type=float, default=60.0, metavar="SECONDS",
                         help="drop messages whose timestamp is further than this from now")
