@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"
 CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"
+HOSTED_WORKERS_HINT = 16  # above this, suggest a standalone coordinator (benchmarks/stats_bench.py)
 
 
 class TuningAgent:
@@ -89,6 +90,10 @@ class TuningAgent:
             self._disable(f"{SECRET_ENV} is not set (launch with `autobyte launch`, which sets "
                           "one per job, or export the same random value to every process)")
             return
+        if host and num_workers > HOSTED_WORKERS_HINT:
+            log.warning("rank 0 hosts the coordinator for %d workers: merging their windows "
+                        "costs rank 0 a few ms per window each; for large jobs run `autobyte "
+                        "coordinator` on another host and set %s", num_workers, COORDINATOR_ENV)
         try:
             if host:
                 self.coordinator = Coordinator(
