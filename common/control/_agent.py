@@ -92,8 +92,9 @@ class TuningAgent:
             return
         if host and num_workers > HOSTED_WORKERS_HINT:
             log.warning("rank 0 hosts the coordinator for %d workers: merging their windows "
-                        "costs rank 0 a few ms per window each; for large jobs run `autobyte "
-                        "coordinator` on another host and set %s", num_workers, COORDINATOR_ENV)
+                        "costs rank 0 about 0.5 ms per worker per window; for large jobs run "
+                        "`autobyte coordinator` on another host and set %s", num_workers,
+                        COORDINATOR_ENV)
         try:
             if host:
                 self.coordinator = Coordinator(
