@@ -28,7 +28,7 @@ from common.control._loop import TunerLike
 from common.control._tuners import make_tuner
 from common.control._wire import SECRET_ENV, Signer, Verifier, secret_from_env
 from common.decision_log import DecisionLog, default_log_path
-from common.errors import ConfigError, ControlError
+from common.errors import ConfigError
 from common.stats import StatsCollector, Window
 from common.trigger import Trigger
 
@@ -53,6 +53,10 @@ class TuningAgent:
                  dead_after_s: float = 10.0, max_age_s: float = 60.0,
                  environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
+        for name, value in (("heartbeat_s", heartbeat_s), ("dead_after_s", dead_after_s),
+                            ("max_age_s", max_age_s)):
+            if not value > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {name}={value!r}")
         self.rank, self.num_workers = rank, num_workers
         self._config = config
         self._inbox: collections.deque[Decision] = collections.deque()
@@ -95,19 +99,19 @@ class TuningAgent:
                         "costs rank 0 about 0.5 ms per worker per window; for large jobs run "
                         "`autobyte coordinator` on another host and set %s", num_workers,
                         COORDINATOR_ENV)
-        try:
-            if host:
+        if host:
+            try:
                 self.coordinator = Coordinator(
                     bind=endpoint, num_workers=num_workers, config=config, secret=key,
                     tuner=tuner if tuner is not None else make_tuner(config.tuner, base=config),
-                    trigger=trigger, lead_steps=lead_steps, lead_s=lead_s, heartbeat_s=heartbeat_s,
-                    max_age_s=max_age_s, tuner_name=config.tuner,
-                    decision_log=DecisionLog(decision_log or default_log_path()),
+                    trigger=trigger, lead_steps=lead_steps, lead_s=lead_s,
+                    heartbeat_s=heartbeat_s, max_age_s=max_age_s, tuner_name=config.tuner,
+                    decision_log=_open_log(decision_log),
                 ).start()
-                endpoint = self.coordinator.endpoint
-        except ControlError as exc:
-            self._disable(str(exc))
-            return
+            except Exception as exc:  # hosting must never stop training: say why, go on
+                self._disable(f"cannot host the coordinator: {exc}")
+                return
+            endpoint = self.coordinator.endpoint
         self._ctx = zmq.Context()
         self._link = Link(
             ctx=self._ctx, endpoint=endpoint,
@@ -212,3 +216,13 @@ class TuningAgent:
         self.why_disabled = why
         log.warning("live tuning is off on worker %d: %s; training uses %s", self.rank, why,
                     self._config.describe())
+
+
+def _open_log(path: str | os.PathLike[str] | None) -> DecisionLog:
+    target = path or default_log_path()
+    try:
+        return DecisionLog(target)
+    except OSError as exc:
+        log.warning("cannot write the decision log %s (%s); tuning goes on without it", target,
+                    exc)
+        return DecisionLog(None)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from common.config import Config
 from common.control._decision import Decision
 from common.decision_log import DecisionLog
+from common.errors import ConfigError
 from common.stats import Observation
 from common.trigger import Candidate, Trigger, Verdict, knobs
 
@@ -53,6 +54,9 @@ class TuningLoop:
         self.window_steps = config.window_steps
         self.lead_steps = self.window_steps if lead_steps is None else lead_steps
         self.lead_s = lead_s
+        if self.lead_steps < 0 or not lead_s >= 0:
+            raise ConfigError(f"lead_steps and lead_s must be >= 0, got lead_steps="
+                              f"{self.lead_steps}, lead_s={lead_s!r}")
         self.session = session
         self.pending: Decision | None = None
         self.latest: Decision | None = None

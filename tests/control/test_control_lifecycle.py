@@ -120,3 +120,34 @@ def test_endpoint_from_the_launchers_control_endpoint(tmp_path: Path) -> None:
     finally:
         rank1.close()
         rank0.close()
+
+
+def test_unwritable_decision_log_does_not_stop_tuning(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    agent = TuningAgent(rank=0, num_workers=1, config=Config(), tuner=ScriptedTuner([]),
+                        decision_log=blocker / "d.jsonl", environ={})
+    try:
+        assert agent.enabled and agent.coordinator is not None
+        assert agent.coordinator.log.path is None
+    finally:
+        agent.close()
+
+
+def test_meta_tuner_falls_back_to_bayesian_when_it_cannot_be_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import common.tuners
+    from common.control import make_tuner
+
+    real = common.tuners.create
+
+    def create(name: str, **kwargs: object) -> object:
+        if name == "meta":
+            raise ConfigError("the meta-network file is missing")
+        return real(name, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(common.tuners, "create", create)
+    tuner = make_tuner("meta", base=Config())
+    assert getattr(tuner, "name", "") == "bayesian"
+    with pytest.raises(ControlError, match="tuner must be one of"):
+        make_tuner("nonsense")
