@@ -7,7 +7,8 @@ step on and, once, rank 0's measured per-tensor backward times. A worker whose p
 rebuilds its step function (a retrace) at that same step; between changes nothing but a step
 counter runs in Python.
 
-Sampled steps (one per window) run a second trace of the step with gradient-ready stamps, so
+Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) run
+a second trace of the step with gradient-ready stamps, so
 the steady-state trace carries no Python ops at all.
 """
 
@@ -68,6 +69,7 @@ class Controller:
         self._start = math.nan
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
+        self._resample = False
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
 
@@ -121,7 +123,7 @@ class Controller:
         rebuild = False
         if self.step > 0 and self.step % self._config.window_steps == 0:
             rebuild = self._agree()
-        sample = self.step % self._sample_every == 1 % self._sample_every
+        sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
         self._traced = False
         with self._lock:
             self._ready.clear()
@@ -139,6 +141,7 @@ class Controller:
     def end(self, step: _Step, seconds: float, samples: int) -> None:
         traced = self._traced
         self.recorder.record_step(seconds, samples, traced=traced)
+        self._resample = step.sample and traced  # a tracing step's times are not steady state
         if step.sample and not traced and self._main is not None:
             ready = self._ready.get(self._main)
             if ready is not None and not math.isnan(self._start) and \

@@ -19,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
+from numpy.typing import NDArray
 
 import autobyte_tf
 
@@ -51,15 +52,15 @@ def dataset(rank: int) -> Any:
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).with_options(options)
 
 
-def weights(model: Any) -> list[np.ndarray]:
+def weights(model: Any) -> list[NDArray[Any]]:
     return [v.numpy() for v in model.trainable_variables]
 
 
-def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+def max_diff(a: list[NDArray[Any]], b: list[NDArray[Any]]) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
-def custom_loop(strategy: Any, wrap: Callable[[Any], Any], data: Any) -> list[np.ndarray]:
+def custom_loop(strategy: Any, wrap: Callable[[Any], Any], data: Any) -> list[NDArray[Any]]:
     model = build(strategy)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 

@@ -1,0 +1,138 @@
+"""TF_CONFIG/XLA checks, statistics, and the step-agreement protocol (no TensorFlow needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
+from autobyte_tf.control import Controller
+from autobyte_tf.planning import TensorInfo
+from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
+from common.config import Config
+from common.errors import ConfigError
+
+
+def tf_config(workers: list[str], index: int = 0, kind: str = "worker") -> dict[str, str]:
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
+                                     "task": {"type": kind, "index": index}})}
+
+
+def test_tf_config_gives_rank_and_size() -> None:
+    info = parse_tf_config(tf_config(["a:1", "b:2", "c:3"], index=2))
+    assert (info.rank, info.workers) == (2, 3)
+    chief = {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:2"]},
+                                      "task": {"type": "worker", "index": 0}})}
+    assert parse_tf_config(chief).rank == 1
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({}, "TF_CONFIG is not set"),
+    ({"TF_CONFIG": "{not json"}, "not valid JSON"),
+    ({"TF_CONFIG": "[1]"}, "must be a JSON object"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}})}, "'task' object"),
+    (tf_config(["a:1"], index=1), "index must be an int in \\[0, 1\\)"),
+    (tf_config(["a:1"], kind="ps"), "type must be one of \\['worker'\\]"),
+    (tf_config(["nohost"]), "'host:port'"),
+    (tf_config(["a:99999"]), "port in 1..65535"),
+])
+def test_bad_tf_config_is_explained(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_tf_config(env)
+    assert "TF_CONFIG" in str(info.value)
+
+
+def test_xla_auto_jit_is_refused() -> None:
+    check_no_auto_jit({"TF_XLA_FLAGS": "--tf_xla_auto_jit=0"})
+    check_no_auto_jit({})
+    with pytest.raises(ConfigError, match="auto-clustering"):
+        check_no_auto_jit({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"})
+
+
+def test_backward_times_from_ready_times() -> None:
+    # forward F = B/2: last ready = F + b_last; gaps give the others
+    b = [0.002, 0.001, 0.003]
+    forward = sum(b) / 2
+    ready = [forward + b[2] + b[1] + b[0], forward + b[2] + b[1], forward + b[2]]
+    assert backward_times(ready) == pytest.approx(b)
+    assert backward_times([0.5, 0.7]) == pytest.approx([0.0, 0.7 * 2 / 3])  # clamped
+    assert ring_bytes(1000, 1) == 0 and ring_bytes(1000, 4) == 1500
+
+
+def test_recorder_separates_traced_steps_and_computes_rates() -> None:
+    rec = StepRecorder(window=2, workers=2)
+    rec.set_layers(["a", "b"], [400, 600])
+    rec.record_step(5.0, 32, traced=True)
+    rec.record_step(0.1, 32)
+    rec.record_step(0.3, 32)
+    stats = rec.snapshot(Config())
+    assert (stats.steps, stats.window, stats.retraces, stats.retrace_s) == (3, 2, 1, 5.0)
+    assert stats.step_time_s == pytest.approx(0.2)
+    assert stats.samples_per_s == pytest.approx(64 / 0.4)
+    assert stats.bytes_per_s == pytest.approx(1000 * 2 / 0.4)
+    assert stats.layer_ready_s is None
+    rec.record_ready([0.02, 0.01])
+    assert rec.snapshot(Config()).layer_backward_s == pytest.approx([0.01, 0.01 * 2 / 3 - 0.01 / 3])
+
+
+def run_steps(controllers: list[Controller], steps: int) -> list[list[bool]]:
+    """Lock-step workers: returns per step which workers had to rebuild."""
+    rebuilds = []
+    infos = (TensorInfo("t0", 8192, 4), TensorInfo("t1", 4096, 4))
+    for _ in range(steps):
+        flags = []
+        for c in controllers:
+            step = c.begin()
+            flags.append(step.rebuild)
+            c.plan_for(infos)
+            if step.sample:
+                for i in range(2):
+                    c.stamp(infos, i, 10.0 + 0.001 * (2 - i))
+                c.stamp_start(9.999)
+            c._traced = False
+            c.end(step, 0.01, 8)
+        rebuilds.append(flags)
+    return rebuilds
+
+
+def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
+    results: dict[int, list[Config]] = {0: [], 1: []}
+    sent: list[NDArray[np.float64]] = []
+
+    def make(rank: int) -> Controller:
+        def broadcast(vector: NDArray[np.float64]) -> NDArray[np.float64]:
+            if rank == 0:
+                sent.append(vector.copy())
+                return vector
+            return sent[-1]  # rank 0 runs first in this lock-step fake
+        return Controller(config=Config(partition_bytes=4096, credit_bytes=8192,
+                                        window_steps=2),
+                          rank=rank, workers=2, bandwidth=1e9, broadcast=broadcast)
+
+    workers = [make(0), make(1)]
+    workers[1].reconfigure(Config(partition_bytes=65536, credit_bytes=65536))  # ignored
+    run_steps(workers, 1)
+    workers[0].reconfigure(Config(partition_bytes=16384, credit_bytes=32768))
+    rebuilds = run_steps(workers, 3)
+    for rank, c in enumerate(workers):
+        results[rank].append(c.config)
+    assert rebuilds[0] == [False, False]
+    assert rebuilds[1] == [True, True]  # step 2: the agreement step, same on both
+    assert results[0] == results[1]
+    assert results[0][0].partition_bytes == 16 * 1024
+    more = run_steps(workers, 4)
+    assert [r[0] for r in more] == [r[1] for r in more]
+    assert workers[0].measured_plan and workers[1].measured_plan
+    assert workers[0]._times == workers[1]._times
+    assert not math.isnan(workers[0].recorder.snapshot(workers[0].config).step_time_s)
+
+
+def test_reconfigure_needs_a_config() -> None:
+    c = Controller(config=Config(), rank=0, workers=1, bandwidth=1e9,
+                   broadcast=lambda v: v)
+    with pytest.raises(TypeError, match="Config"):
+        c.reconfigure({"partition_bytes": 4096})  # type: ignore[arg-type]

@@ -1,0 +1,107 @@
+"""AutoByteStrategy across real processes on TF collectives, against plain MWMS.
+
+Each job runs ``tf_worker.py`` under ``common.launch`` (loopback, TF_CONFIG set by the
+launcher): Keras fit under three configurations (one switched mid-run), evaluate, predict, a
+custom loop with ``strategy.run``, and jit_compile=True refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'autobyte[tf]')")
+
+from common.launch import launch
+
+pytestmark = [pytest.mark.framework, pytest.mark.distributed]
+
+WORKER = Path(__file__).with_name("tf_worker.py")
+ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def run_job(workers: int) -> list[dict[str, Any]]:
+    result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                    workers=workers, env=ENV, stream=None, timeout=240)
+    assert result.returncode == 0, {n: p.output[-3000:] for n, p in result.processes.items()}
+    out = []
+    for name in sorted(result.processes):
+        lines = [x for x in result.processes[name].output.splitlines()
+                 if x.startswith("RESULT ")]
+        assert lines, result.processes[name].output[-3000:]
+        out.append(json.loads(lines[-1][len("RESULT "):]))
+    return out
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_weights_match_plain_mwms(workers: int) -> None:
+    results = run_job(workers)
+    assert [r["rank"] for r in results] == list(range(workers))
+    for r in results:
+        assert r["workers"] == workers
+        assert set(r["diff"]) == {"4KiB x1", "8KiB x8", "change 4KiBx4 -> 16KiBx1",
+                                  "custom loop"}
+        for scenario, diff in r["diff"].items():
+            assert diff <= 1e-5, (scenario, diff)
+        changed = r["stats"]["change 4KiBx4 -> 16KiBx1"]
+        assert changed["config"].startswith("partition=16KiB credit=16KiB")
+        assert changed["retraces"] >= 2  # first trace, then the switch
+        for scenario, stats in r["stats"].items():
+            assert stats["steps"] == 12, scenario
+            assert stats["measured_plan"], scenario  # rank 0's layer times replaced the default
+            assert stats["samples_per_s"] > 0 and stats["bytes_per_s"] > 0
+            assert stats["layer_bytes"] == [4096, 256, 16384, 256, 1024, 16]
+            assert len(stats["layer_backward_s"]) == 6
+            assert all(t >= 0 for t in stats["layer_backward_s"])
+            assert stats["sampled"] >= 1
+        for metric, (ours, plain) in r["eval"].items():
+            assert ours == pytest.approx(plain, rel=1e-5, abs=1e-6), metric
+        assert r["predict"] == [16, 4]
+        assert r["jit_error"].startswith("ConfigError: AutoByteStrategy cannot run under "
+                                         "jit_compile=True")
+    assert len({json.dumps(r["eval"]) for r in results}) == 1  # metrics averaged over workers
+
+
+BAD_INPUT = textwrap.dedent("""
+    import os, json
+    import autobyte_tf
+    from common.errors import ConfigError
+    def attempt(**kw):
+        try:
+            autobyte_tf.AutoByteStrategy(**kw)
+        except ConfigError as exc:
+            return str(exc)
+        return "no error"
+    os.environ.pop("TF_CONFIG", None)
+    print("missing:", attempt())
+    os.environ["TF_CONFIG"] = "{'cluster': 1}"
+    print("malformed:", attempt())
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                          "task": {"type": "worker", "index": 0}})
+    print("partition:", attempt(partition_bytes=-1))
+    print("unknown:", attempt(partiton_bytes=4096))
+    os.environ["TF_XLA_FLAGS"] = "--tf_xla_auto_jit=2"
+    print("xla:", attempt())
+""")
+
+
+def test_bad_input_is_refused_before_tensorflow_starts() -> None:
+    env = {**os.environ, **ENV}
+    env.pop("TF_XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", BAD_INPUT], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert lines["missing"].startswith("TF_CONFIG is not set")
+    assert lines["malformed"].startswith("TF_CONFIG is not valid JSON")
+    assert "partition_bytes must be between 4096" in lines["partition"]
+    assert "partition_bytes=-1" in lines["partition"]
+    assert "unknown option(s) ['partiton_bytes']" in lines["unknown"]
+    assert "tf_xla_auto_jit" in lines["xla"]
