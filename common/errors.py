@@ -17,6 +17,7 @@ __all__ = [
     "RecoverableError",
     "SchedulerError",
     "TestbedError",
+    "UnsupportedError",
 ]
 
 
@@ -56,3 +57,7 @@ class ControlError(RecoverableError):
 
 class ModelFileError(RecoverableError):
     """A meta-network file is missing, corrupted or incompatible."""
+
+
+class UnsupportedError(AutoByteError, NotImplementedError):
+    """A framework feature AutoByte does not handle (sparse gradients, async kvstore, ...)."""
