@@ -10,8 +10,10 @@ While a decision is pending (its step not yet reached), windows are observed but
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features, before ``propose``),
-``predict(configs) -> speeds`` (a model: the meta-network), and ``adapt(observations)`` or
-``reset()`` (the trigger saw predictions drift: the environment changed).
+``predict(configs) -> speeds`` (a model: the meta-network), ``candidates`` (a list or a method
+returning the Configs it can score: the best few other ones are offered to the trigger and
+logged), and ``adapt(observations)`` or ``reset()`` (the trigger saw predictions drift: the
+environment changed).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class TuningLoop:
         self.window_steps = config.window_steps
         self.lead_steps = self.window_steps if lead_steps is None else lead_steps
         self.lead_s = lead_s
+        self.top_candidates = 4
         if self.lead_steps < 0 or not lead_s >= 0:
             raise ConfigError(f"lead_steps and lead_s must be >= 0, got lead_steps="
                               f"{self.lead_steps}, lead_s={lead_s!r}")
@@ -157,6 +160,7 @@ class TuningLoop:
             predicted = self._predictions([proposal])
             out.append(Candidate(proposal, predicted[0] if predicted else
                                  self.measured(proposal), "tuner"))
+        out += self._ranked(exclude={knobs(c.config) for c in out})
         best = max(((k, statistics.fmean(v)) for k, v in self._history.items() if v),
                    key=lambda kv: kv[1], default=None)
         if best is not None and best[0] not in {knobs(self.current)} | {knobs(c.config)
@@ -165,6 +169,22 @@ class TuningLoop:
             config = self.current.replace(partition_bytes=p, credit_bytes=c, scheduling=s)
             out.append(Candidate(config, best[1], "history"))
         return out
+
+    def _ranked(self, exclude: set[_Knobs]) -> list[Candidate]:
+        """A model-based tuner's best other candidates (scored in one batched ``predict``), so
+        the trigger and the log see the alternatives, not only the proposal."""
+        pool = getattr(self.tuner, "candidates", None)
+        if callable(pool):
+            pool = self._call("candidates")
+        if not isinstance(pool, Sequence) or not pool \
+                or not all(isinstance(c, Config) for c in pool):
+            return []
+        predicted = self._predictions(list(pool))
+        if predicted is None:
+            return []
+        ranked = sorted(zip(pool, predicted, strict=True), key=lambda cp: -cp[1])
+        return [Candidate(c, p, "model") for c, p in ranked
+                if knobs(c) not in exclude | {knobs(self.current)}][:self.top_candidates]
 
     def _predictions(self, configs: Sequence[Config]) -> list[float] | None:
         if self.tuner is None or not callable(getattr(self.tuner, "predict", None)):

@@ -141,3 +141,16 @@ def test_lead_covers_lead_s_at_the_measured_step_time() -> None:
                       lead_steps=1, lead_s=2.0)
     decision = loop.on_observation(observation(A, 100.0, 0))  # step_time_s=0.1 -> 20 steps
     assert decision is not None and decision.step == 30
+
+
+def test_model_candidates_are_scored_and_logged(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B, C]),
+                      trigger=ThresholdTrigger(), decision_log=log)
+    loop.on_observation(observation(A, 100.0, 0))
+    log.close()
+    window = next(r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window")
+    scored = {(c["source"], c["config"]["partition_bytes"], c["predicted"])
+              for c in window["candidates"]}
+    assert scored == {("tuner", B.partition_bytes, 150.0), ("model", C.partition_bytes, 80.0)}
+    assert window["predicted"] == 100.0 and window["action"] == "switch"
