@@ -1,1 +1,25 @@
-"""AutoByte for MXNet: the kvstore registered as 'autobyte' (parameter server)."""
+"""AutoByte for MXNet Gluon: the parameter-server kvstore registered as 'autobyte'.
+
+    import autobyte_mx                      # registers kvstore 'autobyte'
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {...}, kvstore="autobyte")
+
+Set MXNET_EXEC_BULK_EXEC_TRAIN=0 and hybridize with static_alloc=True, static_shape=True so
+gradients become ready per layer (AutoByte warns otherwise). Knobs: ``common.config.Config``
+fields as keyword arguments of ``AutoByte(...)`` or AUTOBYTE_* variables.
+"""
+
+from __future__ import annotations
+
+from autobyte_mx._compat import INSTALL_HINT, import_mxnet
+
+_mx = import_mxnet()
+
+from autobyte_mx._checks import OverlapWarning, install_hybridize_check  # noqa: E402
+from autobyte_mx._stats import ChunkTiming, StepStats  # noqa: E402
+from autobyte_mx._trainer import install as _install_trainer  # noqa: E402
+from autobyte_mx.kvstore import AutoByte  # noqa: E402
+
+_install_trainer(_mx.gluon.trainer, AutoByte)
+install_hybridize_check(_mx.gluon.HybridBlock)
+
+__all__ = ["INSTALL_HINT", "AutoByte", "ChunkTiming", "OverlapWarning", "StepStats"]

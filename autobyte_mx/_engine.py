@@ -1,0 +1,101 @@
+"""Python callbacks as MXNet engine operations (``MXEnginePushAsyncND``/``MXEnginePushSyncND``).
+
+Scheduling has to happen *inside* MXNet's dependency engine: every operation of a step (copy,
+gate, network, copy back) is pushed at once, in order, so the engine keeps its read/write
+dependencies and the next forward pass waits per layer. Only the gate's completion is
+deferred until the scheduler admits the chunk. An async gate occupies no engine thread while
+it waits; its completion may be signalled from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mxnet.base import _LIB, NDArrayHandle, check_call
+
+__all__ = ["push_async", "push_sync"]
+
+log = logging.getLogger(__name__)
+
+_AsyncFunc = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_SyncFunc = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_CompleteFunc = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _Context(ctypes.Structure):
+    _fields_ = [("dev_type", ctypes.c_int), ("dev_id", ctypes.c_int)]
+
+
+class _OnComplete(ctypes.Structure):
+    """Layout of ``mxnet::engine::CallbackOnComplete`` (function, engine, parameter)."""
+
+    _fields_ = [("fn", ctypes.c_void_p), ("engine", ctypes.c_void_p), ("param", ctypes.c_void_p)]
+
+
+_CPU = _Context(1, 0)
+_pending: dict[int, Callable[..., None]] = {}
+_ids = itertools.count(1)
+
+
+def _run_async(_rctx: int, on_complete: int, key: int) -> None:
+    record = _OnComplete.from_address(on_complete)
+    fn_ptr, engine, param = record.fn, record.engine, record.param  # lives on the C++ stack
+    fn = _pending.pop(key)
+    fired = False
+
+    def complete() -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            _CompleteFunc(fn_ptr)(engine, param, None)
+
+    try:
+        fn(complete)
+    except Exception:
+        log.exception("AutoByte engine gate failed; releasing it so the engine cannot hang")
+        complete()
+
+
+def _run_sync(_rctx: int, key: int) -> None:
+    fn = _pending.pop(key)
+    try:
+        fn()
+    except Exception:
+        log.exception("AutoByte engine callback failed")
+
+
+_ASYNC = _AsyncFunc(_run_async)
+_SYNC = _SyncFunc(_run_sync)
+
+
+def _handles(arrays: Sequence[Any]) -> Any:
+    return (NDArrayHandle * max(1, len(arrays)))(*[a.handle for a in arrays])
+
+
+def push_async(fn: Callable[[Callable[[], None]], None], *, const: Sequence[Any] = (),
+               mutable: Sequence[Any] = (), priority: int = 0, name: str = "autobyte_gate") -> None:
+    """Push an op that runs ``fn(complete)`` when its inputs are ready and ends at ``complete()``.
+
+    ``complete`` may be called later, from any thread, at most once (extra calls are ignored).
+    """
+    key = next(_ids)
+    _pending[key] = fn
+    check_call(_LIB.MXEnginePushAsyncND(
+        _ASYNC, ctypes.c_void_p(key), None, ctypes.byref(_CPU),
+        _handles(const), len(const), _handles(mutable), len(mutable),
+        None, ctypes.c_int(priority), ctypes.c_char_p(name.encode()), ctypes.c_bool(False)))
+
+
+def push_sync(fn: Callable[[], None], *, const: Sequence[Any] = (), mutable: Sequence[Any] = (),
+              priority: int = 0, name: str = "autobyte_callback") -> None:
+    """Push an op that runs ``fn()`` in an engine thread once its inputs are ready."""
+    key = next(_ids)
+    _pending[key] = fn
+    check_call(_LIB.MXEnginePushSyncND(
+        _SYNC, ctypes.c_void_p(key), None, ctypes.byref(_CPU),
+        _handles(const), len(const), _handles(mutable), len(mutable),
+        None, ctypes.c_int(priority), ctypes.c_char_p(name.encode())))

@@ -1,0 +1,471 @@
+"""The 'autobyte' kvstore: ByteScheduler-style scheduling on top of native ``dist_sync``.
+
+Per tensor and step: copy the gradient into AutoByte's own per-chunk buffers, push one gate
+per chunk, one native pushpull for all chunks, one completion callback per chunk, and a copy
+back (``_engine``). All of it is pushed to MXNet's engine at once; the scheduler decides only
+when each gate opens (``_sequencer`` + ``common.scheduler``), so MXNet's own dependencies stay
+intact and the next forward pass waits per layer, overlapping the rest of the communication.
+
+The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
+sub-keys carry no optimizer state and the partition size can change between steps.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import time
+import weakref
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+import mxnet as mx
+import numpy
+from mxnet.kvstore import KVStoreBase
+
+from autobyte_mx import _engine
+from autobyte_mx._checks import check_environment
+from autobyte_mx._control import SLOTS, decode, encode
+from autobyte_mx._layout import CONTROL_KEY, WHOLE, Piece, Tensor
+from autobyte_mx._plan import PlanItem, plan_order
+from autobyte_mx._sequencer import Entry, Sequencer
+from autobyte_mx._stats import StepRecorder, StepStats
+from autobyte_mx._watchdog import Watchdog
+from common.config import Config
+from common.errors import ConfigError, UnsupportedError
+from common.scheduler import Chunk, Scheduler
+
+__all__ = ["AutoByte"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _layout_of(config: Config) -> int:
+    return config.partition_bytes if config.scheduling else WHOLE
+
+
+@KVStoreBase.register
+class AutoByte(KVStoreBase):  # type: ignore[misc]
+    """``mx.kv.create('autobyte')`` or ``AutoByte(partition_bytes=..., credit_bytes=...)``.
+
+    Options are ``common.config.Config`` fields (keyword > AUTOBYTE_* > default), or a whole
+    ``config``. ``timeout`` (s, default AUTOBYTE_TIMEOUT or 300) bounds a communication stall.
+    """
+
+    def __init__(self, *, config: Config | None = None, base: str = "dist_sync",
+                 timeout: float | None = None, **options: Any) -> None:
+        if base != "dist_sync":
+            raise UnsupportedError(f"AutoByte schedules synchronous training only: base must be "
+                                   f"'dist_sync', got base={base!r} (async kvstores apply "
+                                   "updates per worker, so there is no step to schedule)")
+        if config is not None and options:
+            raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
+        self._config = config if config is not None else Config.from_env(**options)
+        check_environment()
+        self._kv = mx.kv.create(base)
+        self._rank: int = self._kv.rank
+        self._num_workers: int = self._kv.num_workers
+        self._scheduler = Scheduler(self._config, start=self._start_chunk)
+        self._sequencer = Sequencer(self._scheduler, plan=self._plan)
+        self._recorder = StepRecorder()
+        self._watchdog = Watchdog(_timeout(timeout), describe=self._describe)
+        self._tensors: dict[Hashable, Tensor] = {}
+        self._next_sub_key = CONTROL_KEY + 1
+        self._layout = _layout_of(self._config)
+        self._step = 0
+        self._issued: set[Hashable] = set()
+        self._expected: frozenset[Hashable] | None = None
+        self._forward: dict[str, int] = {}
+        self._proposal: Config | None = None
+        self._control: Any = None
+        self._control_due = False
+        self._batch: int | None = None
+        atexit.register(_close_at_exit, weakref.ref(self))
+        log.info("AutoByte kvstore: rank %d of %d, %s", self._rank, self._num_workers,
+                 self._config.describe())
+
+    # -- what MXNet asks -------------------------------------------------------------------
+    @property
+    def type(self) -> str:
+        return "dist_sync_autobyte"
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    def is_capable(self, capability: str) -> bool:
+        return bool(capability.lower() != KVStoreBase.OPTIMIZER)
+
+    def set_optimizer(self, optimizer: Any) -> None:
+        raise UnsupportedError("AutoByte runs the optimizer on the workers (servers only sum, "
+                               "so the partition can change live): create the Trainer with "
+                               "update_on_kvstore=False or leave it unset")
+
+    def set_gradient_compression(self, compression_params: Any) -> None:
+        raise UnsupportedError("gradient compression is not supported by AutoByte; got "
+                               f"compression_params={compression_params!r}")
+
+    def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
+        raise UnsupportedError("the optimizer state lives in the Trainer on each worker: use "
+                               "trainer.save_states(fname)")
+
+    def load_optimizer_states(self, fname: str) -> None:
+        raise UnsupportedError("the optimizer state lives in the Trainer on each worker: use "
+                               "trainer.load_states(fname)")
+
+    def _barrier(self) -> None:
+        with self._watchdog.blocking("a barrier"):
+            self._kv._barrier()
+
+    def barrier(self) -> None:
+        """Block until every worker reaches this point."""
+        self._barrier()
+
+    # -- AutoByte's own API ----------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The configuration in force (the same on every worker)."""
+        return self._config
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def reconfigure(self, config: Config) -> None:
+        """Rank 0's request: every worker switches at the same later step (one step of lag).
+
+        On other ranks the call is ignored, so every worker can run the same tuning code.
+        """
+        if not isinstance(config, Config):
+            raise ConfigError(f"reconfigure needs a common.config.Config, got {config!r}")
+        if self._rank == 0:
+            self._proposal = config
+
+    def set_layer_order(self, names: Sequence[str]) -> None:
+        """Forward order hint: parameter names (or str(key)) from the input side on.
+
+        Call it with the same list on every worker. Names not listed keep their place after
+        the listed ones, in registration order.
+        """
+        self._forward = {str(n): i for i, n in enumerate(names)}
+        self._assign_layers()
+
+    def step_stats(self) -> list[StepStats]:
+        """Statistics of the steps finished since the last call (oldest first)."""
+        for chunk in self._scheduler.drain_trace():
+            entry = chunk.task.payload
+            assert chunk.t_ready is not None and chunk.t_start is not None
+            assert chunk.t_done is not None and isinstance(entry, Entry)
+            t_ready = entry.t_ready if entry.t_ready is not None else chunk.t_ready
+            self._recorder.chunk(chunk.step, entry.name, chunk.index, chunk.nbytes, t_ready,
+                                 chunk.t_start, chunk.t_done)
+        return self._recorder.drain()
+
+    @property
+    def stats_cost_s(self) -> float:
+        """Total time spent collecting statistics so far (for the overhead budget)."""
+        return self._recorder.total_cost_s
+
+    def close(self) -> None:
+        """Stop AutoByte's threads and release the native kvstore.
+
+        Runs at interpreter exit too: the native store's destructor meets the other workers
+        in a final barrier and must run before Python tears down, or ps-lite aborts the process.
+        """
+        if self._kv is None:
+            return
+        mx.nd.waitall()
+        self._sequencer.stop()
+        self._watchdog.close()
+        self._kv = None
+
+    # -- called by the Trainer hook ----------------------------------------------------------
+    def attach_trainer(self, *, names: Sequence[str], forward: Sequence[str],
+                       active: Iterable[int]) -> None:
+        """Key i is the Trainer's i-th parameter; ``forward`` its creation order; ``active``
+        the keys pushed every step (grad_req != 'null')."""
+        self._names = list(names)
+        self._expected = frozenset(active)
+        self.set_layer_order(forward)
+
+    def note_batch(self, batch_size: int) -> None:
+        self._batch = int(batch_size)
+
+    # -- KVStore data API ------------------------------------------------------------------
+    def init(self, key: Any, value: Any) -> None:
+        keys, values = _pairs(key, value)
+        self._handshake()
+        pieces: list[Piece] = []
+        for k, v in zip(keys, values, strict=True):
+            _check_dense(k, v)
+            if k in self._tensors:
+                raise ConfigError(f"key {k!r} is already initialised")
+            tensor = self._tensors[k] = self._new_tensor(k, v)
+            new = self._make_pieces(tensor, self._layout)
+            for view, piece in zip(tensor.slices(v, self._layout), new, strict=True):
+                view.copyto(piece.buffer)
+            pieces += new
+        self._assign_layers()
+        self._native_init(pieces)
+
+    def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
+        keys, values = _pairs(key, value)
+        outs = _outs(keys, out)
+        self.init(keys if isinstance(key, (list, tuple)) else keys[0],
+                  values if isinstance(key, (list, tuple)) else values[0])
+        for k, targets in zip(keys, outs, strict=True):
+            tensor = self._tensors[k]
+            pieces = tensor.layouts[self._layout]
+            self._kv.pull([p.sub_key for p in pieces], out=[p.buffer for p in pieces],
+                          priority=priority)
+            for target in targets:
+                for piece, view in zip(pieces, tensor.slices(target, self._layout), strict=True):
+                    piece.buffer.copyto(view)
+
+    def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
+        keys, values = _pairs(key, value)
+        outs = [[v] for v in values] if out is None else _outs(keys, out)
+        for k, v, targets in zip(keys, values, outs, strict=True):
+            self._issue(k, v, targets, priority)
+
+    def push(self, key: Any, value: Any, priority: int = 0) -> None:
+        """Send a gradient; a later ``pull`` returns the sum over workers."""
+        keys, values = _pairs(key, value)
+        for k, v in zip(keys, values, strict=True):
+            self._issue(k, v, [], priority)
+
+    def pull(self, key: Any, out: Any = None, priority: int = 0,
+             ignore_sparse: bool = True) -> None:
+        keys = list(key) if isinstance(key, (list, tuple)) else [key]
+        for k, targets in zip(keys, _outs(keys, out), strict=True):
+            tensor = self._tensor(k)
+            for target in targets:
+                self._copy_out(tensor, self._layout_for(tensor), target)
+
+    def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
+                        row_ids: Any = None) -> None:
+        raise UnsupportedError("AutoByte supports dense gradients only (row_sparse_pull "
+                               "called); use kvstore='dist_sync' for sparse models")
+
+    # -- internals: issue ------------------------------------------------------------------
+    def _issue(self, key: Hashable, value: Any, targets: list[Any], priority: int) -> None:
+        tensor = self._tensor(key)
+        _check_dense(key, value)
+        if tuple(value.shape) != tensor.shape:
+            raise ConfigError(f"key {key!r}: value shape {tuple(value.shape)} differs from the "
+                              f"initialised shape {tensor.shape}")
+        if self._step == 0 or key in self._issued:
+            self._new_step()
+        self._issued.add(key)
+        layout = self._layout
+        pieces = tensor.layouts[layout]
+        for view, piece in zip(tensor.slices(value, layout), pieces, strict=True):
+            view.copyto(piece.buffer)
+        sub_keys, buffers = [p.sub_key for p in pieces], [p.buffer for p in pieces]
+        self._recorder.issued(self._step, len(pieces))
+        if self._config.scheduling:
+            entry = self._sequencer.issue(Entry(key, tensor.name, tensor.layer, tensor.nbytes,
+                                                tensor.itemsize, len(pieces)))
+            for i, buffer in enumerate(buffers):
+                _engine.push_async(functools.partial(self._sequencer.gate_fired, entry, i),
+                                   mutable=[buffer], priority=priority)
+            self._kv.pushpull(sub_keys, buffers, priority=priority)
+            for i, buffer in enumerate(buffers):
+                _engine.push_sync(functools.partial(self._chunk_done, entry, i),
+                                  const=[buffer], priority=priority)
+        else:
+            self._watchdog.started()
+            t0 = self._recorder_clock()
+            self._kv.pushpull(sub_keys, buffers, priority=priority)
+            _engine.push_sync(functools.partial(self._whole_done, self._step, tensor, t0),
+                              const=buffers, priority=priority)
+        for target in targets:
+            self._copy_out(tensor, layout, target)
+
+    def _copy_out(self, tensor: Tensor, layout: int, target: Any) -> None:
+        pieces = tensor.layouts[layout]
+        if len(pieces) == 1:
+            pieces[0].buffer.copyto(tensor.slices(target, layout)[0])
+        else:
+            mx.nd.concat(*[p.buffer for p in pieces], dim=0, out=target.reshape((-1,)))
+
+    def _start_chunk(self, chunk: Chunk) -> None:
+        self._watchdog.started()
+        chunk.tag()
+
+    def _chunk_done(self, entry: Entry, index: int) -> None:
+        self._watchdog.finished()
+        self._scheduler.done(entry.chunks[index])
+
+    def _whole_done(self, step: int, tensor: Tensor, t0: float) -> None:
+        self._watchdog.finished()
+        now = self._recorder_clock()
+        self._recorder.chunk(step, tensor.name, 0, tensor.nbytes, t0, t0, now)
+
+    @staticmethod
+    def _recorder_clock() -> float:
+        return time.perf_counter()
+
+    # -- internals: steps and reconfiguration ------------------------------------------------
+    def _new_step(self) -> None:
+        self._sequencer.close()
+        if self._control_due:
+            with self._watchdog.blocking("the control key"):
+                summed = [float(x) for x in self._control.asnumpy()]
+            message = decode(summed, num_workers=self._num_workers, rank=self._rank,
+                             config=self._config)
+            new = message.apply_to(self._config)
+            if new is not None:
+                self._apply(new)
+        expected = self._expected
+        if expected is None and self._issued:
+            expected = frozenset(self._issued)
+        self._step += 1
+        self._issued = set()
+        self._scheduler.begin_step(self._step)
+        self._sequencer.begin_step(self._step, expected)
+        self._recorder.begin_step(self._step, self._config, self._batch)
+        self._push_control()
+
+    def _apply(self, config: Config) -> None:
+        """Switch every worker at this step (all read the same control sum)."""
+        layout = _layout_of(config)
+        missing = [t for t in self._tensors.values() if layout not in t.layouts]
+        if missing:
+            pieces: list[Piece] = []
+            for tensor in missing:
+                pieces += self._make_pieces(tensor, layout)
+            self._native_init(pieces)
+        log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
+                 config.describe())
+        self._config, self._layout = config, layout
+        self._scheduler.reconfigure(config)
+
+    def _push_control(self) -> None:
+        values = encode(rank=self._rank, config=self._config, step=self._step,
+                        proposal=self._proposal)
+        self._proposal = None
+        self._control[:] = mx.nd.array(values)
+        self._kv.pushpull(CONTROL_KEY, self._control)
+        self._control_due = True
+
+    def _handshake(self) -> None:
+        """Once, before any key exists: create the control key and compare configurations."""
+        if self._control is not None:
+            return
+        self._control = mx.nd.zeros((SLOTS,))
+        with self._watchdog.blocking("the first control exchange"):
+            self._kv.init(CONTROL_KEY, self._control)
+            self._control[:] = mx.nd.array(encode(rank=self._rank, config=self._config, step=0,
+                                                  proposal=None))
+            self._kv.pushpull(CONTROL_KEY, self._control)
+            summed = [float(x) for x in self._control.asnumpy()]
+        decode(summed, num_workers=self._num_workers, rank=self._rank, config=self._config)
+
+    # -- internals: tensors and layouts ------------------------------------------------------
+    def _tensor(self, key: Hashable) -> Tensor:
+        try:
+            return self._tensors[key]
+        except KeyError:
+            raise ConfigError(f"key {key!r} was never initialised (init or broadcast it "
+                              f"first); known keys: {sorted(map(str, self._tensors))}") from None
+
+    def _layout_for(self, tensor: Tensor) -> int:
+        return self._layout if self._layout in tensor.layouts else next(iter(tensor.layouts))
+
+    def _new_tensor(self, key: Hashable, value: Any) -> Tensor:
+        names = getattr(self, "_names", None)
+        name = names[key] if names is not None and isinstance(key, int) else str(key)
+        return Tensor(key, name, tuple(value.shape), value.dtype,
+                      numpy.dtype(value.dtype).itemsize, layer=len(self._tensors))
+
+    def _assign_layers(self) -> None:
+        """Forward order: the hint's position, then registration order (same on all workers)."""
+        hinted = len(self._forward)
+        order = sorted(enumerate(self._tensors.values()),
+                       key=lambda it: (self._forward.get(it[1].name, hinted), it[0]))
+        for layer, (_, tensor) in enumerate(order):
+            tensor.layer = layer
+
+    def _make_pieces(self, tensor: Tensor, layout: int) -> list[Piece]:
+        pieces = []
+        for start, stop in tensor.spans(layout):
+            buffer = mx.nd.zeros((stop - start,), dtype=tensor.dtype)
+            pieces.append(Piece(self._next_sub_key, start, stop, buffer))
+            self._next_sub_key += 1
+        tensor.layouts[layout] = pieces
+        return pieces
+
+    def _native_init(self, pieces: list[Piece]) -> None:
+        if pieces:
+            with self._watchdog.blocking("key initialisation"):
+                self._kv.init([p.sub_key for p in pieces], [p.buffer for p in pieces])
+
+    def _plan(self, entries: Sequence[Entry]) -> list[Hashable]:
+        items = [PlanItem(e.key, e.layer, e.nbytes) for e in entries]
+        return plan_order(items, head_bytes=self._scheduler.config.credit_bytes)
+
+    def _describe(self) -> str:
+        return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
+                f"{self._scheduler.inflight_bytes} bytes in flight")
+
+
+def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
+    store = ref()
+    if store is not None:
+        store.close()
+
+
+def _timeout(timeout: float | None) -> float:
+    raw: Any = timeout if timeout is not None else os.environ.get("AUTOBYTE_TIMEOUT",
+                                                                   DEFAULT_TIMEOUT_S)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={raw!r}") from None
+    if not value > 0:
+        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={raw!r}")
+    return value
+
+
+def _one(key: Hashable, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise UnsupportedError(f"key {key!r}: AutoByte supports one device per worker, got "
+                                   f"{len(value)} arrays (start one worker per device)")
+        return value[0]
+    return value
+
+
+def _pairs(key: Any, value: Any) -> tuple[list[Hashable], list[Any]]:
+    if isinstance(key, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(key):
+            raise ConfigError(f"{len(key)} keys need as many values, got {value!r}")
+        return list(key), [_one(k, v) for k, v in zip(key, value, strict=True)]
+    return [key], [_one(key, value)]
+
+
+def _outs(keys: list[Hashable], out: Any) -> list[list[Any]]:
+    if len(keys) == 1:
+        targets = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(targets) != 1:
+            _one(keys[0], targets)
+        return [targets]
+    if not isinstance(out, (list, tuple)) or len(out) != len(keys):
+        raise ConfigError(f"{len(keys)} keys need as many outputs, got {out!r}")
+    return [[_one(k, o)] for k, o in zip(keys, out, strict=True)]
+
+
+def _check_dense(key: Hashable, value: Any) -> None:
+    stype = getattr(value, "stype", "default")
+    if stype != "default":
+        raise UnsupportedError(f"key {key!r} has a {stype} array: AutoByte supports dense "
+                               "gradients only; use kvstore='dist_sync' for sparse models")

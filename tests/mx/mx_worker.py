@@ -1,0 +1,125 @@
+"""Worker program for the multi-process MXNet tests (every launched role runs it).
+
+Trains a small Gluon model on per-rank synthetic data with kvstore 'autobyte' or native
+'dist_sync' and writes the final parameters to OUT/params_rank<r>.npz plus a JSON summary.
+Servers and the scheduler run inside ``import mxnet`` and exit there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+if "bool" not in np.__dict__:
+    np.bool = np.bool_  # type: ignore[attr-defined]
+os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
+
+if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
+    if os.environ.get("MXTEST_SERVER_PIDFILE") and os.environ.get("DMLC_ROLE") == "server":
+        with open(os.environ["MXTEST_SERVER_PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
+    import mxnet  # noqa: F401  (runs the node, then exits)
+    sys.exit(0)
+
+import mxnet as mx  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import autobyte_mx  # noqa: E402
+from common.config import Config  # noqa: E402
+
+
+def build(model: str) -> gluon.HybridBlock:
+    net = gluon.nn.HybridSequential()
+    if model == "cnn":
+        net.add(gluon.nn.Conv2D(8, 3, activation="relu"), gluon.nn.MaxPool2D(2),
+                gluon.nn.Conv2D(16, 3, activation="relu"), gluon.nn.MaxPool2D(2),
+                gluon.nn.Flatten(), gluon.nn.Dense(256, activation="relu"), gluon.nn.Dense(10))
+    else:
+        net.add(gluon.nn.Dense(300, activation="relu"), gluon.nn.Dense(200, activation="relu"),
+                gluon.nn.Dense(10))
+    return net
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kv", default="autobyte")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--partition", default=None)
+    ap.add_argument("--credit", default=None)
+    ap.add_argument("--scheduling", default=None)
+    ap.add_argument("--switch", action="append", default=[],
+                    help="STEP:PARTITION:CREDIT:SCHEDULING, proposed by rank 0 after STEP")
+    ap.add_argument("--hybridize", default="static", choices=["no", "plain", "static"])
+    ap.add_argument("--freeze-first", action="store_true")
+    ap.add_argument("--kill-server-at", type=int, default=-1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    mx.random.seed(7)
+    np.random.seed(7)
+    net = build(a.model)
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    if a.hybridize == "static":
+        net.hybridize(static_alloc=True, static_shape=True)
+    elif a.hybridize == "plain":
+        net.hybridize()
+    if a.freeze_first:
+        net[0].collect_params().setattr("grad_req", "null")
+    kv: object = a.kv
+    if a.kv == "autobyte":
+        opts = {k: v for k, v in (("partition_bytes", a.partition), ("credit_bytes", a.credit),
+                                  ("scheduling", a.scheduling)) if v is not None}
+        kv = autobyte_mx.AutoByte(**opts)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}, kvstore=kv)
+    rank = int(os.environ["DMLC_WORKER_ID"])
+    rng = np.random.RandomState(100 + rank)
+    shape = (a.batch, 1, 28, 28) if a.model == "cnn" else (a.batch, 64)
+    xs = [mx.nd.array(rng.randn(*shape).astype("float32")) for _ in range(4)]
+    ys = [mx.nd.array(rng.randint(0, 10, a.batch)) for _ in range(4)]
+    lossf = gluon.loss.SoftmaxCrossEntropyLoss()
+    switches = {int(s.split(":")[0]): s.split(":")[1:] for s in a.switch}
+    t0 = time.perf_counter()
+    for step in range(a.steps):
+        x, y = xs[step % 4], ys[step % 4]
+        with autograd.record():
+            loss = lossf(net(x), y)
+        loss.backward()
+        trainer.step(a.batch)
+        if step in switches and isinstance(trainer._kvstore, autobyte_mx.AutoByte):
+            p, c, s = switches[step]
+            trainer._kvstore.reconfigure(Config(partition_bytes=p, credit_bytes=c,
+                                                scheduling=s == "1"))
+        if step == a.kill_server_at and rank == 0:
+            with open(os.environ["MXTEST_SERVER_PIDFILE"]) as f:
+                os.kill(int(f.read()), signal.SIGSTOP)
+    mx.nd.waitall()
+    elapsed = time.perf_counter() - t0
+    params = {k: v.data().asnumpy() for k, v in net.collect_params().items()}
+    os.makedirs(a.out, exist_ok=True)
+    np.savez(os.path.join(a.out, f"params_rank{rank}.npz"), **params)
+    summary: dict[str, object] = {"rank": rank, "elapsed": elapsed, "kv": str(type(trainer._kvstore))}
+    store = trainer._kvstore
+    if isinstance(store, autobyte_mx.AutoByte):
+        stats = store.step_stats()
+        summary["config"] = store.config.to_dict()
+        summary["steps"] = [s.to_dict() for s in stats]
+        summary["stats_cost_s"] = store.stats_cost_s
+        store.barrier()
+        store.close()
+    with open(os.path.join(a.out, f"summary_rank{rank}.json"), "w") as f:
+        json.dump(summary, f)
+    print("DONE", rank, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
