@@ -154,8 +154,9 @@ class TuningLoop:
     def _candidates(self, obs: Observation) -> list[Candidate]:
         if self.tuner is None:
             return []
-        proposal = self._call("propose")
         out: list[Candidate] = []
+        model = callable(getattr(self.tuner, "predict", None))
+        proposal = self._call("propose") if model or self.trigger.exploring() else None
         if isinstance(proposal, Config):
             predicted = self._predictions([proposal])
             out.append(Candidate(proposal, predicted[0] if predicted else

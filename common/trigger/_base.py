@@ -61,5 +61,10 @@ class Trigger(abc.ABC):
                candidates: Sequence[Candidate]) -> Verdict:
         """One window of ``current`` ran at ``observed`` samples/s; switch to a candidate?"""
 
+    def exploring(self) -> bool:
+        """Would an unmeasured, unpredicted proposal be tried now? When not, the loop does not
+        ask a search tuner for one (a Bayesian proposal costs a Gaussian-process fit)."""
+        return True
+
     def reset(self) -> None:  # noqa: B027 - optional hook; stateless policies need nothing
         """Forget the past (e.g. after the environment changed and the tuner restarted)."""

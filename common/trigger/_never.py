@@ -11,6 +11,9 @@ __all__ = ["NeverTrigger"]
 
 
 class NeverTrigger(Trigger):
+    def exploring(self) -> bool:
+        return False
+
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
                candidates: Sequence[Candidate]) -> Verdict:
         return Verdict("stay", current, "trigger 'never': configuration is fixed")

@@ -88,8 +88,7 @@ class ThresholdTrigger(Trigger):
         best = max(known, key=lambda c: c.predicted or 0.0, default=None)
         gain = None if best is None else (best.predicted or 0.0) / baseline - 1.0
         unknown = [c for c in others if c.predicted is None]
-        budget_left = self.explore_budget is None or self._explored < self.explore_budget
-        if unknown and self.explore and budget_left:
+        if unknown and self.exploring():
             self._explored += 1
             return self._switch("explore", current, unknown[0], gain, error, adapt,
                                 f"{unknown[0].source}'s proposal has no prediction yet: "
@@ -114,6 +113,10 @@ class ThresholdTrigger(Trigger):
             return Verdict("stay", current, why, None, error, adapt)
         return Verdict("stay", current, f"best candidate predicts {gain:+.1%}, not above "
                        f"{self.gain_threshold:.1%}", gain, error, adapt)
+
+    def exploring(self) -> bool:
+        return self.explore and (self.explore_budget is None
+                                 or self._explored < self.explore_budget)
 
     def _check_prediction(self, observed: float,
                           predicted: float | None) -> tuple[float | None, bool]:

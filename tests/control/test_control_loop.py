@@ -154,3 +154,17 @@ def test_model_candidates_are_scored_and_logged(tmp_path: Path) -> None:
               for c in window["candidates"]}
     assert scored == {("tuner", B.partition_bytes, 150.0), ("model", C.partition_bytes, 80.0)}
     assert window["predicted"] == 100.0 and window["action"] == "switch"
+
+
+def test_search_tuner_not_asked_once_the_exploration_budget_is_spent() -> None:
+    class Counting(ScriptedTuner):
+        proposals_made = 0
+
+        def propose(self) -> Config:
+            self.proposals_made += 1
+            return super().propose()
+
+    tuner = Counting([C, B, C.replace(credit_bytes="32MiB"), C.replace(credit_bytes="64MiB")])
+    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger(explore_budget=2))
+    _run(loop, 20)
+    assert tuner.proposals_made == 2

@@ -52,9 +52,9 @@ def _optimum(speed: Speed, space: SearchSpace, window: int) -> float:
 
 @pytest.mark.slow
 def test_online_bo_retunes_when_the_bandwidth_drops(tmp_path: Path) -> None:
-    space = SearchSpace()
+    space = SearchSpace(credit_multiples=[1, 2, 4, 8, 16])
     log = DecisionLog(tmp_path / "d.jsonl")
-    tuner = make_tuner("bayesian", seed=0, base=START)
+    tuner = make_tuner("bayesian", seed=0, base=START, space=space)
     loop = TuningLoop(config=START, tuner=tuner, trigger=ThresholdTrigger(), decision_log=log)
     history = run_job(loop, surface, 130)
     log.close()
