@@ -203,3 +203,24 @@ def test_lower_bound_is_exposed_for_planning() -> None:
     bound = lower_bound(profile, workers=8, arch="allreduce", bandwidth=10e9)
     comm = 2 * 7 / 8 * profile.total_bytes * 8 / 10e9
     assert comm < bound < comm + profile.compute_s
+
+
+def test_one_step_is_the_steady_state_at_a_constant_rate() -> None:
+    # every step starts with the network idle (all chunks returned before the forward that
+    # needs them), so with a constant bandwidth every iteration is the same
+    result = run("resnet50", cfg(256 * KIB, 3), arch="ps", servers=4, steps=3)
+    assert result.step_s[0] == pytest.approx(result.step_s[1]) == pytest.approx(result.step_s[2])
+    assert result.iteration_s == pytest.approx(run("resnet50", cfg(256 * KIB, 3), arch="ps",
+                                                   servers=4).iteration_s)
+
+
+def test_plan_order_is_the_simulated_start_order() -> None:
+    profile = get_profile("densenet121")
+    config = cfg(128 * KIB, 4)
+    order = plan_order(profile, config, workers=8, bandwidth="10gbit")
+    trace = simulate(profile, config, workers=8, arch="allreduce", bandwidth="10gbit").trace
+    assert order == [(c.task.layer, c.index) for c in trace]
+    # measured profiles often lack forward times: the plan needs only backward times
+    measured = Profile(name="measured", batch_size=32, layers=tuple(
+        Layer(x.name, x.nbytes, 0.0, x.backward_s) for x in profile.layers))
+    assert plan_order(measured, config, workers=8, bandwidth="10gbit") == order
