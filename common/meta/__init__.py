@@ -1,0 +1,64 @@
+"""The AutoByte meta-network: predicts training speed for every candidate (partition, credit)
+from a job's runtime statistics, so one batched inference replaces a search (DESIGN.md §3).
+
+    from common.meta import MetaInput, MetaModel
+    model = MetaModel.load()                       # the pretrained model shipped here
+    speeds = model.predict(job, partitions, credits)
+
+Only this package of ``common`` uses Keras, and only when a model is built or loaded: the
+features, datasets and tuner import without it. Importing it registers the ``meta`` tuner with
+``common.tuners`` (falling back to Bayesian optimisation when no model can be loaded).
+"""
+
+from common.meta._dataset import (
+    DATASET_VERSION,
+    HOLDOUT_BANDWIDTH_BPS,
+    HOLDOUT_MODELS,
+    Dataset,
+    generate,
+)
+from common.meta._features import (
+    FEATURE_VERSION,
+    SEQ_LEN,
+    EncodedJob,
+    MetaInput,
+    encode_candidates,
+    encode_job,
+    speed_from_target,
+    target_from_speed,
+)
+from common.meta._model import FORMAT_VERSION, PRETRAINED, MetaModel, build_network
+from common.meta._train import Adaptation, EvalReport, Sample, adapt, evaluate, train
+from common.meta._tuner import MetaTuner, Predictor, create_meta_tuner
+from common.tuners import register as _register
+
+__all__ = [
+    "DATASET_VERSION",
+    "FEATURE_VERSION",
+    "FORMAT_VERSION",
+    "HOLDOUT_BANDWIDTH_BPS",
+    "HOLDOUT_MODELS",
+    "PRETRAINED",
+    "SEQ_LEN",
+    "Adaptation",
+    "Dataset",
+    "EncodedJob",
+    "EvalReport",
+    "MetaInput",
+    "MetaModel",
+    "MetaTuner",
+    "Predictor",
+    "Sample",
+    "adapt",
+    "build_network",
+    "create_meta_tuner",
+    "encode_candidates",
+    "encode_job",
+    "evaluate",
+    "generate",
+    "speed_from_target",
+    "target_from_speed",
+    "train",
+]
+
+_register("meta", create_meta_tuner)

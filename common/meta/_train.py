@@ -1,0 +1,253 @@
+"""Offline training, held-out evaluation and online adaptation of the meta-network.
+
+Training minimises the L2 error of the normalised target (``_features``: log of iteration time
+over the no-overlap reference) against the observed 10-step mean, with a validation split by
+job (a job's configurations share its layers, so splitting rows would leak). Evaluation reports
+what the tuner needs: the mean absolute percentage error of predicted speed, and, per job, the
+true speed of the candidate the model ranks first as a fraction of the best candidate's.
+
+Adaptation fine-tunes the head only (the encoder of layers and cluster stays frozen) on recent
+observations of the running job, in a background thread on a copy of the network: the caller
+keeps predicting with the old model until the new one is ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from common.errors import ConfigError
+from common.meta._dataset import Dataset
+from common.meta._features import (
+    KNOWN_MODELS,
+    MetaInput,
+    encode_candidates,
+    encode_job,
+    speed_from_target,
+    target_from_speed,
+)
+from common.meta._model import MetaModel, build_network, keras_module
+
+__all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "train"]
+
+Report = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One observation of a running job: ``speed`` samples/s under (partition, credit)."""
+
+    job: MetaInput
+    partition_bytes: int
+    credit_bytes: int
+    speed: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    sequence: npt.NDArray[np.float32]
+    static: npt.NDArray[np.float32]
+    candidate: npt.NDArray[np.float32]
+    target: npt.NDArray[np.float32]
+    samples_per_step: npt.NDArray[np.float64]
+    ref_s: npt.NDArray[np.float64]
+    job: npt.NDArray[np.int64]
+
+    def inputs(self) -> list[npt.NDArray[np.float32]]:
+        return [self.sequence, self.static, self.candidate]
+
+
+def arrays(samples: Sequence[Sample] | Dataset,
+           vocabulary: Sequence[str] = KNOWN_MODELS) -> Arrays:
+    """Network inputs and targets; each job is encoded once."""
+    groups: list[tuple[MetaInput, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]] = []
+    if isinstance(samples, Dataset):
+        for j in range(samples.num_jobs):
+            rows = samples["sample_job"] == j
+            groups.append((samples.job(j), samples["partition_bytes"][rows],
+                           samples["credit_bytes"][rows], samples["speed"][rows]))
+    else:
+        by_job: dict[int, list[Sample]] = {}
+        jobs: dict[int, MetaInput] = {}
+        for s in samples:
+            by_job.setdefault(id(s.job), []).append(s)
+            jobs[id(s.job)] = s.job
+        for key, items in by_job.items():
+            groups.append((jobs[key], np.array([s.partition_bytes for s in items]),
+                           np.array([s.credit_bytes for s in items]),
+                           np.array([s.speed for s in items])))
+    seq, static, cand, target, sps, ref, job_ids = [], [], [], [], [], [], []
+    for j, (job, parts, credits, speeds) in enumerate(groups):
+        if not len(parts):
+            continue
+        enc = encode_job(job, vocabulary=vocabulary)
+        count = len(parts)
+        seq.append(np.repeat(enc.sequence[None], count, axis=0))
+        static.append(np.repeat(enc.static[None], count, axis=0))
+        cand.append(encode_candidates(enc, parts, credits))
+        target.append(target_from_speed(speeds, enc.samples_per_step, enc.ref_s))
+        sps.append(np.full(count, float(enc.samples_per_step)))
+        ref.append(np.full(count, enc.ref_s))
+        job_ids.append(np.full(count, j))
+    if not seq:
+        raise ConfigError("no samples to encode")
+    return Arrays(np.concatenate(seq), np.concatenate(static), np.concatenate(cand),
+                  np.concatenate(target), np.concatenate(sps), np.concatenate(ref),
+                  np.concatenate(job_ids))
+
+
+def train(dataset: Dataset, *, epochs: int = 60, batch_size: int = 128, seed: int = 0,
+          validation: float = 0.15, learning_rate: float = 2e-3, patience: int = 12,
+          size: dict[str, int] | None = None, report: Report | None = None) -> MetaModel:
+    """Train a new network on ``dataset``; progress goes to ``report`` once per epoch."""
+    if epochs < 1 or batch_size < 1 or not 0 <= validation < 1:
+        raise ConfigError(f"need epochs >= 1, batch_size >= 1 and 0 <= validation < 1, got "
+                          f"epochs={epochs}, batch_size={batch_size}, validation={validation}")
+    keras = keras_module()
+    vocabulary = tuple(m for m in KNOWN_MODELS if m in set(dataset["job_model"].tolist()))
+    data = arrays(dataset, vocabulary)
+    rng = np.random.default_rng(seed)
+    jobs = np.unique(data.job)
+    val_jobs = rng.choice(jobs, size=round(len(jobs) * validation), replace=False)
+    is_val = np.isin(data.job, val_jobs)
+    network = build_network(seed=seed, **(size or {}))
+    network.get_layer("head").get_layer("target").bias.assign([float(data.target.mean())])
+    network.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+    callbacks: list[Any] = [_Progress(keras, epochs, report)]
+    fit_val = None
+    if is_val.any():
+        fit_val = ([a[is_val] for a in data.inputs()], data.target[is_val])
+        callbacks.append(keras.callbacks.EarlyStopping(patience=patience,
+                                                       restore_best_weights=True))
+        callbacks.append(keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=patience // 3))
+    train_rows = ~is_val
+    network.fit([a[train_rows] for a in data.inputs()], data.target[train_rows],
+                validation_data=fit_val, epochs=epochs, batch_size=batch_size, shuffle=True,
+                verbose=0, callbacks=callbacks)
+    info = {"jobs": int(dataset.num_jobs), "samples": len(dataset), "seed": seed,
+            "epochs": epochs, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return MetaModel(network, vocabulary=vocabulary, info=info)
+
+
+def _Progress(keras: Any, epochs: int, report: Report | None) -> Any:
+    class Progress(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if report is None:
+                return
+            logs = logs or {}
+            val = f" val {logs['val_loss']:.4f}" if "val_loss" in logs else ""
+            report(f"epoch {epoch + 1}/{epochs} loss {logs.get('loss', math.nan):.4f}{val} "
+                   f"({time.perf_counter() - self.t0:.1f} s)")
+
+    return Progress()
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalReport:
+    """``mape``: mean |predicted - observed| / observed speed over all rows; ``fraction``:
+    per job with >= 2 configurations, true speed of the top-ranked one over the best's."""
+
+    rows: int
+    jobs: int
+    mape: float
+    fraction_of_best: float
+    worst_fraction: float
+    per_job_fraction: tuple[float, ...]
+
+    def describe(self) -> str:
+        return (f"{self.rows} rows, {self.jobs} jobs: MAPE {100 * self.mape:.1f}%, picked "
+                f"configuration at {100 * self.fraction_of_best:.1f}% of the best on average "
+                f"(worst job {100 * self.worst_fraction:.1f}%)")
+
+
+def predict_speeds(model: MetaModel, data: Arrays) -> npt.NDArray[np.float64]:
+    out = model.network.predict(data.inputs(), batch_size=1024, verbose=0)
+    return speed_from_target(np.asarray(out).reshape(-1), data.samples_per_step, data.ref_s)
+
+
+def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalReport:
+    data = arrays(samples, model.vocabulary)
+    predicted = predict_speeds(model, data)
+    observed = speed_from_target(data.target, data.samples_per_step, data.ref_s)
+    mape = float(np.mean(np.abs(predicted - observed) / observed))
+    fractions = []
+    for j in np.unique(data.job):
+        rows = np.flatnonzero(data.job == j)
+        if len(rows) >= 2:
+            pick = rows[int(np.argmax(predicted[rows]))]
+            fractions.append(float(observed[pick] / observed[rows].max()))
+    return EvalReport(rows=len(observed), jobs=len(np.unique(data.job)), mape=mape,
+                      fraction_of_best=float(np.mean(fractions)) if fractions else math.nan,
+                      worst_fraction=min(fractions, default=math.nan),
+                      per_job_fraction=tuple(fractions))
+
+
+class Adaptation:
+    """A fine-tuning run in a background thread; ``result()`` waits for the adapted model."""
+
+    def __init__(self, target: Callable[[], MetaModel], *, background: bool = True) -> None:
+        self._model: MetaModel | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
+                                            name="autobyte-meta-adapt")
+            self._thread.start()
+        else:
+            self._run(target)
+
+    def _run(self, target: Callable[[], MetaModel]) -> None:
+        try:
+            self._model = target()
+        except BaseException as exc:  # handed to whoever asks for the result
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> MetaModel:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"adaptation still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._model is not None
+        return self._model
+
+
+def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 60,
+          learning_rate: float = 3e-3, background: bool = True) -> Adaptation:
+    """Fine-tune a copy of ``model``'s head on ``samples``; ``model`` itself is not changed.
+
+    Returns at once (``background=True``); the Adaptation's ``result()`` is the new model."""
+    if not samples:
+        raise ConfigError("adapt needs at least one observation, got none")
+    data = arrays(list(samples), model.vocabulary)
+
+    def run() -> MetaModel:
+        keras = keras_module()
+        with model._lock:
+            clone = keras.models.clone_model(model.network)
+            clone.set_weights(model.network.get_weights())
+        clone.get_layer("encoder").trainable = False
+        clone.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+        clone.fit(data.inputs(), data.target, epochs=epochs,
+                  batch_size=min(64, len(data.target)), shuffle=True, verbose=0)
+        info = {**model.info, "adapted_on": len(data.target),
+                "adapted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        return MetaModel(clone, vocabulary=model.vocabulary, info=info)
+
+    return Adaptation(run, background=background)

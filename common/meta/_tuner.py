@@ -1,0 +1,162 @@
+"""The meta-network tuner: one batched inference over the whole search space replaces a search.
+
+It follows the tuner contract of ``common.tuners`` and the decision loop's optional hooks:
+``observe_window(observation)`` gives it the job's Table II statistics, ``predict(configs)``
+answers for the trigger, ``adapt(observations)`` fine-tunes the head in the background when
+the trigger sees predictions drift (the old model keeps answering until the new one is ready).
+Until it has seen one window it proposes the job's own configuration: it cannot know better.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from common.config import Config
+from common.errors import ConfigError, FrameworkMissingError, ModelFileError
+from common.meta._features import MetaInput
+from common.tuners import BayesianTuner, SearchSpace, Tuner
+
+__all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
+
+log = logging.getLogger(__name__)
+
+
+class Predictor(Protocol):
+    def predict(self, job: MetaInput, partitions: npt.ArrayLike,
+                credits: npt.ArrayLike) -> npt.NDArray[np.float64]: ...
+
+
+class MetaTuner(Tuner):
+    name = "meta"
+
+    def __init__(self, *, predictor: Predictor, space: SearchSpace | None = None, seed: int = 0,
+                 base: Config | None = None, servers: int = 1,
+                 adapted_path: str | Path | None = None) -> None:
+        super().__init__(space=space, seed=seed, base=base)
+        if not callable(getattr(predictor, "predict", None)):
+            raise ConfigError(f"predictor must have predict(job, partitions, credits), "
+                              f"got predictor={predictor!r}")
+        self.predictor = predictor
+        self.servers = servers
+        self.adapted_path = Path(adapted_path) if adapted_path is not None else None
+        self.job: MetaInput | None = None
+        self._grid = np.array(list(self.space), dtype=np.int64)
+        self._proposal: Config | None = None
+        self._adaptation: Any = None
+        self._lock = threading.Lock()
+
+    def observe_window(self, observation: Any) -> None:
+        """Table II statistics of the latest merged window: the job the network scores."""
+        try:
+            self.job = MetaInput.from_observation(observation, servers=self.servers)
+        except ConfigError as exc:
+            log.warning("meta tuner: window %s not usable (%s); keeping the last one",
+                        getattr(observation, "window", "?"), exc)
+            return
+        self._proposal = None
+
+    def scores(self) -> npt.NDArray[np.float64]:
+        """Predicted samples/s of every point of the space, in ``iter(space)`` order."""
+        if self.job is None:
+            raise ConfigError("the meta tuner has seen no window yet")
+        self._collect_adaptation()
+        parts = self._grid[:, 0]
+        return self.predictor.predict(self.job, parts, parts * self._grid[:, 1])
+
+    def propose(self) -> Config:
+        if self.job is None:
+            return self.base
+        if self._proposal is None:
+            best = int(np.argmax(self.scores()))
+            partition, multiple = (int(v) for v in self._grid[best])
+            self._proposal = self.space.config(partition, multiple, self.base)
+        return self._proposal
+
+    def predict(self, configs: Sequence[Config]) -> list[float] | None:
+        if self.job is None or not configs:
+            return None
+        self._collect_adaptation()
+        parts = np.array([c.partition_bytes for c in configs])
+        credits = np.array([c.credit_bytes for c in configs])
+        return [float(v) for v in self.predictor.predict(self.job, parts, credits)]
+
+    def adapt(self, observations: Sequence[Any]) -> None:
+        """Fine-tune the head on recent windows in the background (no-op for a predictor
+        that is not a trained network, or while an adaptation is running)."""
+        from common.meta._model import MetaModel
+        from common.meta._train import Sample, adapt
+
+        if not isinstance(self.predictor, MetaModel) or self._adaptation is not None:
+            return
+        samples = []
+        for obs in observations:
+            try:
+                job = MetaInput.from_observation(obs, servers=self.servers)
+            except ConfigError:
+                continue
+            samples.append(Sample(job, obs.config.partition_bytes, obs.config.credit_bytes,
+                                  float(obs.speed)))
+        if samples:
+            log.info("meta tuner: adapting the head on %d window(s) in the background",
+                     len(samples))
+            self._adaptation = adapt(self.predictor, samples)
+
+    def _collect_adaptation(self) -> None:
+        with self._lock:
+            job = self._adaptation
+            if job is None or not job.done:
+                return
+            self._adaptation = None
+            try:
+                self.predictor = job.result()
+            except Exception as exc:
+                log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
+                return
+            self._proposal = None
+            log.info("meta tuner: adapted model in use")
+            if self.adapted_path is not None:
+                path = self.predictor.save(self.adapted_path)  # type: ignore[attr-defined]
+                log.info("meta tuner: adapted model kept at %s", path)
+
+    def wait_adaptation(self, timeout: float | None = None) -> bool:
+        """Block until a running adaptation is in use (tests, end of job); True if none left."""
+        job = self._adaptation
+        if job is not None:
+            try:
+                job.result(timeout)
+            except TimeoutError:
+                return False
+            except Exception:
+                pass
+        self._collect_adaptation()
+        return self._adaptation is None
+
+
+def create_meta_tuner(*, space: SearchSpace | None = None, seed: int = 0,
+                      base: Config | None = None, model_path: str | Path | None = None,
+                      predictor: Predictor | None = None, **options: Any) -> Tuner:
+    """The ``meta`` tuner with the model at ``model_path`` (default: AUTOBYTE_META_MODEL, else
+    the pretrained model). A missing, corrupted or incompatible file, or no Keras, gives
+    Bayesian optimisation instead, with a warning saying why."""
+    if predictor is None:
+        from common.meta._model import MetaModel
+
+        path = model_path or os.environ.get("AUTOBYTE_META_MODEL") or None
+        try:
+            predictor = MetaModel.load(path)
+        except (ModelFileError, FrameworkMissingError) as exc:
+            log.warning("meta tuner unavailable: %s; falling back to Bayesian optimisation",
+                        exc)
+            return BayesianTuner(space=space, seed=seed, base=base)
+    log_dir = os.environ.get("AUTOBYTE_LOG_DIR")
+    options.setdefault("adapted_path",
+                       Path(log_dir) / "meta-adapted.keras" if log_dir else None)
+    return MetaTuner(predictor=predictor, space=space, seed=seed, base=base, **options)

@@ -1,0 +1,86 @@
+"""The simulated dataset: reproducible from a seed, held-out split respected, ranges as
+documented in datasets/SCHEMA.md, and a file round trip; bad files raise ModelFileError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.errors import ModelFileError
+from common.meta import HOLDOUT_BANDWIDTH_BPS, HOLDOUT_MODELS, Dataset, generate
+from common.meta._dataset import COLUMNS
+
+
+@pytest.fixture(scope="module")
+def small() -> Dataset:
+    return generate(jobs=6, seed=11, configs_per_job=3)
+
+
+def test_same_seed_same_data(small: Dataset) -> None:
+    again = generate(jobs=6, seed=11, configs_per_job=3)
+    for name in COLUMNS:
+        np.testing.assert_array_equal(small[name], again[name], err_msg=name)
+    other = generate(jobs=2, seed=12, configs_per_job=3)
+    assert not np.array_equal(other["speed"], small["speed"][:6])
+
+
+def test_ranges_and_training_split(small: Dataset) -> None:
+    assert len(small) == 18 and small.num_jobs == 6
+    assert set(small["job_source"].tolist()) == {"sim"}
+    assert not set(small["job_model"].tolist()) & set(HOLDOUT_MODELS)
+    low, high = HOLDOUT_BANDWIDTH_BPS
+    assert np.all(small["job_workers"] >= 1) and np.all(small["job_workers"] <= 128)
+    assert np.all(small["partition_bytes"] >= 4096)
+    assert np.all(small["partition_bytes"] <= 1024**3)
+    multiples = small["credit_bytes"] / small["partition_bytes"]
+    assert np.all((multiples >= 1) & (multiples <= 16))
+    assert np.all(small["speed"] > 0)
+    # the speed is the simulated iteration's: workers x batch / iteration time
+    rows = small["sample_job"]
+    per_step = small["job_workers"][rows] * small["job_batch_size"][rows]
+    np.testing.assert_allclose(small["speed"] * small["iteration_s"], per_step, rtol=1e-9)
+    for j in range(small.num_jobs):
+        job = small.job(j)
+        assert job.num_layers == small["job_layer_count"][j]
+        rate = small["job_bandwidth_down_bps"][j]
+        # measured with noise around a rate drawn outside the held-out band
+        assert not (low * 1.2 < rate < high / 1.2)
+
+
+def test_holdout_draws_only_held_out_conditions() -> None:
+    data = generate(jobs=3, seed=0, holdout=True, grid=[(1 << 20, 1), (1 << 22, 4)])
+    assert len(data) == 6
+    models = set(data["job_model"].tolist())
+    assert models <= set(HOLDOUT_MODELS) | {"random"}
+    low, high = HOLDOUT_BANDWIDTH_BPS
+    assert np.all(data["job_bandwidth_down_bps"] > low * 0.7)
+    assert np.all(data["job_bandwidth_down_bps"] < high * 1.3)
+
+
+def test_file_round_trip_and_selection(small: Dataset, tmp_path: Path) -> None:
+    path = small.save(tmp_path / "d.npz")
+    back = Dataset.load(path)
+    for name in COLUMNS:
+        np.testing.assert_array_equal(back[name], small[name], err_msg=name)
+    assert back.job(2) == small.job(2)
+    keep = np.array([True, False, True, False, False, True])
+    part = small.select_jobs(keep)
+    assert part.num_jobs == 3 and len(part) == 9
+    assert part.job(1) == small.job(2)
+    both = Dataset.concat([part, part])
+    assert both.num_jobs == 6 and both.job(4) == small.job(2)
+
+
+def test_bad_dataset_files(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no such dataset"):
+        Dataset.load(tmp_path / "missing.npz")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(ModelFileError, match="not a readable dataset"):
+        Dataset.load(bad)
+    old = tmp_path / "old.npz"
+    np.savez(old, schema_version=np.array(0))
+    with pytest.raises(ModelFileError, match="schema version 0"):
+        Dataset.load(old)

@@ -1,0 +1,78 @@
+"""The meta tuner above a fixed-output predictor (no Keras): it proposes the argmax of one
+batched prediction, answers predict(), and falls back to Bayesian optimisation, saying so,
+when the model file is missing or corrupted."""
+
+from __future__ import annotations
+
+import logging
+import math
+import types
+from pathlib import Path
+
+import pytest
+
+from common.config import Config
+from common.meta import MetaTuner, create_meta_tuner
+from common.meta.testing import FixedPredictor
+from common.tuners import BayesianTuner, SearchSpace, create
+
+
+def speed(partition: int, credit: int) -> float:
+    """Peak at 2 MiB partitions with a 4x credit."""
+    return 100.0 - (math.log2(partition) - 21) ** 2 - (credit / partition - 4) ** 2
+
+
+def observation() -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        window=3, layer_backward_s=((0.01, 0.02, 0.03),), layer_bytes=(1 << 20, 4 << 20, 1 << 24),
+        num_workers=1, arch="allreduce", bandwidth_down=(1e9,), bandwidth_up=(1e9,),
+        model="", speed=320.0, step_time_s=0.1)
+
+
+def test_proposes_the_argmax_in_one_batched_call() -> None:
+    fake = FixedPredictor(speed)
+    space = SearchSpace()
+    base = Config(window_steps=5)
+    tuner = MetaTuner(predictor=fake, space=space, base=base)
+    assert tuner.propose() == base  # no statistics yet: keep the job's configuration
+    assert fake.calls == []
+    tuner.observe_window(observation())
+    config = tuner.propose()
+    assert (config.partition_bytes, config.credit_multiple) == (2 << 20, 4)
+    assert config.window_steps == 5
+    assert fake.calls == [len(space)]  # the whole grid, once
+    assert tuner.propose() == config and fake.calls == [len(space)]  # stable, no new call
+    predicted = tuner.predict([config, Config(partition_bytes=1 << 16, credit_bytes=1 << 16)])
+    assert predicted is not None and predicted[0] == pytest.approx(100.0)
+    assert predicted[1] < predicted[0]
+
+
+def test_unusable_window_keeps_the_last_job(caplog: pytest.LogCaptureFixture) -> None:
+    tuner = MetaTuner(predictor=FixedPredictor(speed))
+    tuner.observe_window(observation())
+    job = tuner.job
+    empty = observation()
+    empty.layer_backward_s = ()
+    with caplog.at_level(logging.WARNING):
+        tuner.observe_window(empty)
+    assert tuner.job is job and "not usable" in caplog.text
+
+
+@pytest.mark.parametrize("content", [None, b"garbage, not a zip archive"])
+def test_bad_model_file_falls_back_to_bayesian(tmp_path: Path, content: bytes | None,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "model.keras"
+    if content is not None:
+        path.write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        tuner = create_meta_tuner(model_path=path, seed=1)
+    assert isinstance(tuner, BayesianTuner)
+    assert "falling back to Bayesian optimisation" in caplog.text
+    assert str(path) in caplog.text
+    # the same through the registry, as the coordinator builds it
+    assert isinstance(create("meta", model_path=path), BayesianTuner)
+
+
+def test_registry_builds_a_meta_tuner_with_a_predictor() -> None:
+    tuner = create("meta", predictor=FixedPredictor(speed))
+    assert isinstance(tuner, MetaTuner)
