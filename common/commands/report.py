@@ -118,10 +118,10 @@ def plot(records: Sequence[dict[str, Any]], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
     try:
         top.plot(steps, [w["speed"] for w in windows], marker=".", label="observed")
-        predicted = [(s, w["predicted"]) for s, w in zip(steps, windows, strict=True)
-                     if w.get("predicted") is not None]
-        if predicted:
-            top.plot(*zip(*predicted, strict=True), linestyle=":", label="predicted")
+        predicted = [float("nan") if w.get("predicted") is None else w["predicted"]
+                     for w in windows]
+        if any(p == p for p in predicted):  # NaN breaks the line where nothing was predicted
+            top.plot(steps, predicted, linestyle=":", marker="x", label="predicted")
         for w in windows:
             if w.get("target_step") is not None:
                 for ax in (top, bottom):

@@ -159,8 +159,11 @@ class TuningLoop:
         proposal = self._call("propose") if model or self.trigger.exploring() else None
         if isinstance(proposal, Config):
             predicted = self._predictions([proposal])
-            out.append(Candidate(proposal, predicted[0] if predicted else
-                                 self.measured(proposal), "tuner"))
+            if predicted is not None:
+                out.append(Candidate(proposal, predicted[0], "tuner"))
+            else:
+                past = self.measured(proposal)
+                out.append(Candidate(proposal, past, "tuner", measured=past is not None))
         out += self._ranked(exclude={knobs(c.config) for c in out})
         best = max(((k, statistics.fmean(v)) for k, v in self._history.items() if v),
                    key=lambda kv: kv[1], default=None)
@@ -168,7 +171,7 @@ class TuningLoop:
                                                                           for c in out}:
             p, c, s = best[0]
             config = self.current.replace(partition_bytes=p, credit_bytes=c, scheduling=s)
-            out.append(Candidate(config, best[1], "history"))
+            out.append(Candidate(config, best[1], "history", measured=True))
         return out
 
     def _ranked(self, exclude: set[_Knobs]) -> list[Candidate]:

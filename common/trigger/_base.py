@@ -27,11 +27,16 @@ def knobs(config: Config) -> tuple[int, int, bool]:
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """A configuration the tuner offers; ``predicted`` speed in samples/s, None if unknown."""
+    """A configuration the tuner offers; ``predicted`` speed in samples/s, None if unknown.
+
+    ``measured``: the prediction is this job's past measurement of the configuration, which
+    goes stale when the environment changes (the trigger ignores it when it asks to adapt).
+    """
 
     config: Config
     predicted: float | None = None
     source: str = "tuner"
+    measured: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

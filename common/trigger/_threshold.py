@@ -22,7 +22,8 @@ request (the environment changed) resets the trigger and refills the budget.
 The gain is measured against the predicted speed of the configuration in force while the
 predictor is accurate (a bias shared by all candidates cancels), and against the observed
 speed when it is not. A window whose prediction missed, without adaptation yet, never
-switches: the candidates' predictions may be as stale as the one that just missed.
+switches: the candidates' predictions may be as stale as the one that just missed; when it
+asks for adaptation, past measurements (``Candidate.measured``) no longer count.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class ThresholdTrigger(Trigger):
         if self._misses:
             return Verdict("stay", current, f"prediction off by {error:.0%}: waiting a window to "
                            "see whether conditions changed", None, error, adapt)
-        others = [c for c in candidates if knobs(c.config) != knobs(current)]
+        others = [c for c in candidates if knobs(c.config) != knobs(current)
+                  and not (adapt and c.measured)]
         known = [c for c in others if c.predicted is not None]
         accurate = error is not None and error <= self.adapt_threshold
         baseline = predicted_current if accurate and predicted_current else observed

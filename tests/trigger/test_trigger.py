@@ -217,3 +217,14 @@ def test_exploration_budget_then_only_measured_candidates_until_reset() -> None:
     assert all(unlimited.decide(current=configs[0], observed=100, predicted_current=None,
                                 candidates=[Candidate(c)]).action == "explore"
                for c in configs[1:] * 10)
+
+
+def test_adapting_ignores_past_measurements_but_not_model_predictions() -> None:
+    t = ThresholdTrigger(adapt_patience=1, cooldown_windows=0)
+    stale = t.decide(current=A, observed=40, predicted_current=1000,
+                     candidates=[Candidate(B, 1000.0, "history", measured=True)])
+    assert stale.adapt and stale.action == "stay"
+    t2 = ThresholdTrigger(adapt_patience=1, cooldown_windows=0)
+    model = t2.decide(current=A, observed=40, predicted_current=1000,
+                      candidates=[Candidate(B, 90.0, "model")])
+    assert model.adapt and model.action == "switch"
