@@ -26,6 +26,7 @@ class ChunkTiming:
 
     tensor: str
     index: int
+    position: int  # the tensor's place in the step's shared plan (issue order when off)
     nbytes: int
     ready: float
     start: float
@@ -57,8 +58,8 @@ class StepStats:
 
 
 def _chunk_dict(c: ChunkTiming) -> dict[str, Any]:
-    return {"tensor": c.tensor, "index": c.index, "nbytes": c.nbytes, "ready": c.ready,
-            "start": c.start, "done": c.done}
+    return {"tensor": c.tensor, "index": c.index, "position": c.position, "nbytes": c.nbytes,
+            "ready": c.ready, "start": c.start, "done": c.done}
 
 
 @dataclass(slots=True)
@@ -69,7 +70,7 @@ class _Open:
     samples: int | None = None
     end: float | None = None
     issued: int = 0
-    raw: list[tuple[str, int, int, float, float, float]] = field(default_factory=list)
+    raw: list[tuple[str, int, int, int, float, float, float]] = field(default_factory=list)
     ready: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
 
@@ -100,14 +101,14 @@ class StepRecorder:
             if rec is not None:
                 rec.issued += pieces
 
-    def chunk(self, step: int, tensor: str, index: int, nbytes: int, ready: float, start: float,
-              done: float) -> None:
+    def chunk(self, step: int, tensor: str, index: int, position: int, nbytes: int, ready: float,
+              start: float, done: float) -> None:
         t0 = self._clock()
         with self._lock:
             rec = self._open.get(step)
             if rec is None:
                 return
-            rec.raw.append((tensor, index, nbytes, ready, start, done))
+            rec.raw.append((tensor, index, position, nbytes, ready, start, done))
             if tensor not in rec.ready or ready < rec.ready[tensor]:
                 rec.ready[tensor] = ready
             rec.cost += self._clock() - t0
@@ -129,8 +130,9 @@ class StepRecorder:
     @staticmethod
     def _build(rec: _Open) -> StepStats:
         t0 = min(rec.ready.values()) if rec.ready else rec.start
-        chunks = tuple(ChunkTiming(n, i, b, r - t0, s - t0, d - t0)
-                       for n, i, b, r, s, d in sorted(rec.raw, key=lambda x: x[4]))
+        raw = sorted(rec.raw, key=lambda x: (x[5], x[2], x[1]))  # start order, ties by plan
+        chunks = tuple(ChunkTiming(n, i, p, b, r - t0, s - t0, d - t0)
+                       for n, i, p, b, r, s, d in raw)
         moved = sum(c.nbytes for c in chunks)
         assert rec.end is not None
         duration = rec.end - rec.start

@@ -165,8 +165,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             assert chunk.t_ready is not None and chunk.t_start is not None
             assert chunk.t_done is not None and isinstance(entry, Entry)
             t_ready = entry.t_ready if entry.t_ready is not None else chunk.t_ready
-            self._recorder.chunk(chunk.step, entry.name, chunk.index, chunk.nbytes, t_ready,
-                                 chunk.t_start, chunk.t_done)
+            self._recorder.chunk(chunk.step, entry.name, chunk.index, chunk.task.layer,
+                                 chunk.nbytes, t_ready, chunk.t_start, chunk.t_done)
         return self._recorder.drain()
 
     @property
@@ -182,10 +182,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """
         if self._kv is None:
             return
-        mx.nd.waitall()
-        self._sequencer.stop()
+        with self._watchdog.blocking("the last operations and the final barrier"):
+            mx.nd.waitall()
+            self._sequencer.stop()
+            self._kv = None
         self._watchdog.close()
-        self._kv = None
 
     # -- called by the Trainer hook ----------------------------------------------------------
     def attach_trainer(self, *, names: Sequence[str], forward: Sequence[str],
@@ -285,7 +286,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._watchdog.started()
             t0 = self._recorder_clock()
             self._kv.pushpull(sub_keys, buffers, priority=priority)
-            _engine.push_sync(functools.partial(self._whole_done, self._step, tensor, t0),
+            _engine.push_sync(functools.partial(self._whole_done, self._step, tensor, t0,
+                                                len(self._issued)),
                               const=buffers, priority=priority)
         for target in targets:
             self._copy_out(tensor, layout, target)
@@ -305,10 +307,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._watchdog.finished()
         self._scheduler.done(entry.chunks[index])
 
-    def _whole_done(self, step: int, tensor: Tensor, t0: float) -> None:
+    def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int) -> None:
         self._watchdog.finished()
         now = self._recorder_clock()
-        self._recorder.chunk(step, tensor.name, 0, tensor.nbytes, t0, t0, now)
+        self._recorder.chunk(step, tensor.name, 0, position, tensor.nbytes, t0, t0, now)
 
     @staticmethod
     def _recorder_clock() -> float:

@@ -27,11 +27,11 @@ if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
     import mxnet  # noqa: F401  (runs the node, then exits)
     sys.exit(0)
 
-import mxnet as mx  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
+import mxnet as mx
+from mxnet import autograd, gluon
 
-import autobyte_mx  # noqa: E402
-from common.config import Config  # noqa: E402
+import autobyte_mx
+from common.config import Config
 
 
 def build(model: str) -> gluon.HybridBlock:
@@ -44,6 +44,46 @@ def build(model: str) -> gluon.HybridBlock:
         net.add(gluon.nn.Dense(300, activation="relu"), gluon.nn.Dense(200, activation="relu"),
                 gluon.nn.Dense(10))
     return net
+
+
+def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
+    """Trainer state save/load, the plain kvstore API, and misuse errors (same on all ranks)."""
+    from common.errors import ConfigError, UnsupportedError
+
+    res: dict[str, object] = {}
+    path = os.path.join(out, f"states_rank{rank}")
+    trainer.save_states(path)
+    trainer.load_states(path)
+    res["states_roundtrip"] = True
+    kv = trainer._kvstore
+    a = mx.nd.ones((3, 1000)) * (rank + 1)
+    kv.init("extra", mx.nd.zeros((3, 1000)))
+    kv.push("extra", a)
+    got = mx.nd.zeros((3, 1000))
+    kv.pull("extra", out=got)
+    res["push_pull_sum"] = float(got.asnumpy()[0, 0])
+    b = mx.nd.ones((5,)) * (rank + 1)
+    kv.init(["k1", "k2"], [mx.nd.zeros((5,)), mx.nd.zeros((5,))])
+    o1, o2 = mx.nd.zeros((5,)), mx.nd.zeros((5,))
+    kv.pushpull(["k1", "k2"], [b, b * 2], out=[o1, o2])
+    res["list_pushpull"] = [float(o1.asnumpy()[0]), float(o2.asnumpy()[0])]
+    errors = {}
+    sparse = mx.nd.sparse.zeros("row_sparse", (4, 2))
+    for name, call, exc in [
+        ("sparse", lambda: kv.pushpull("k1", sparse), UnsupportedError),
+        ("two_devices", lambda: kv.pushpull("k1", [b, b]), UnsupportedError),
+        ("unknown_key", lambda: kv.pushpull("nope", b), ConfigError),
+        ("row_sparse_pull", lambda: kv.row_sparse_pull("k1", out=b, row_ids=b), UnsupportedError),
+        ("set_optimizer", lambda: kv.set_optimizer(None), UnsupportedError),
+    ]:
+        try:
+            call()
+            errors[name] = "no error"
+        except exc as e:
+            errors[name] = str(e)
+    res["errors"] = errors
+    res["registered"] = "autobyte" in mx.kv.KVStoreBase.kv_registry
+    return res
 
 
 def main() -> int:
@@ -60,6 +100,8 @@ def main() -> int:
     ap.add_argument("--hybridize", default="static", choices=["no", "plain", "static"])
     ap.add_argument("--freeze-first", action="store_true")
     ap.add_argument("--kill-server-at", type=int, default=-1)
+    ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
+    ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -74,13 +116,16 @@ def main() -> int:
     if a.freeze_first:
         net[0].collect_params().setattr("grad_req", "null")
     kv: object = a.kv
+    rank = int(os.environ["DMLC_WORKER_ID"])
     if a.kv == "autobyte":
-        opts = {k: v for k, v in (("partition_bytes", a.partition), ("credit_bytes", a.credit),
+        part = a.partition_on_rank1 if rank == 1 and a.partition_on_rank1 else a.partition
+        opts = {k: v for k, v in (("partition_bytes", part), ("credit_bytes", a.credit),
                                   ("scheduling", a.scheduling)) if v is not None}
         kv = autobyte_mx.AutoByte(**opts)
+    elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
+        kv = "autobyte"
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}, kvstore=kv)
-    rank = int(os.environ["DMLC_WORKER_ID"])
     rng = np.random.RandomState(100 + rank)
     shape = (a.batch, 1, 28, 28) if a.model == "cnn" else (a.batch, 64)
     xs = [mx.nd.array(rng.randn(*shape).astype("float32")) for _ in range(4)]
@@ -106,8 +151,11 @@ def main() -> int:
     params = {k: v.data().asnumpy() for k, v in net.collect_params().items()}
     os.makedirs(a.out, exist_ok=True)
     np.savez(os.path.join(a.out, f"params_rank{rank}.npz"), **params)
-    summary: dict[str, object] = {"rank": rank, "elapsed": elapsed, "kv": str(type(trainer._kvstore))}
+    summary: dict[str, object] = {"rank": rank, "elapsed": elapsed,
+                                  "kv": str(type(trainer._kvstore))}
     store = trainer._kvstore
+    if a.checks:
+        summary["checks"] = checks(trainer, a.out, rank)
     if isinstance(store, autobyte_mx.AutoByte):
         stats = store.step_stats()
         summary["config"] = store.config.to_dict()

@@ -1,0 +1,84 @@
+"""Shared helpers for the MXNet adapter tests: run tests/mx/mx_worker.py under common.launch.
+
+Every test here is skipped when MXNet 1.9.1 cannot be imported (the reason says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autobyte_mx._compat import import_mxnet
+from common.errors import FrameworkMissingError
+from common.launch import LaunchResult, launch
+
+try:
+    import_mxnet()
+except FrameworkMissingError as exc:  # pragma: no cover - depends on the environment
+    pytest.skip(f"MXNet 1.9.1 is not importable: {exc}", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("mx_worker.py")
+JOB_ENV = {"OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass
+class Job:
+    result: LaunchResult
+    out: Path
+    workers: int
+
+    def params(self, rank: int = 0) -> dict[str, np.ndarray]:
+        with np.load(self.out / f"params_rank{rank}.npz") as f:
+            return {k: f[k] for k in f.files}
+
+    def summary(self, rank: int = 0) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.out / f"summary_rank{rank}.json").read_text())
+        return data
+
+    def output(self, name: str) -> str:
+        return self.result.processes[name].output
+
+
+def run_job(tmp: Path, *args: str, workers: int = 2, servers: int = 1,
+            env: dict[str, str] | None = None, timeout: float = 120) -> Job:
+    out = tmp / ("job" + str(len(list(tmp.glob("job*")))))
+    result = launch(framework="mxnet", command=[sys.executable, str(WORKER), "--out", str(out),
+                                                *args],
+                    workers=workers, servers=servers, env={**JOB_ENV, **(env or {})},
+                    timeout=timeout, stream=None, cwd=os.getcwd())
+    return Job(result, out, workers)
+
+
+def assert_ok(job: Job) -> None:
+    if not job.result.ok:
+        tails = {n: p.output[-3000:] for n, p in job.result.processes.items()}
+        pytest.fail(f"job failed ({job.result.failed}, rc={job.result.returncode}): {tails}")
+
+
+class NativeRefs:
+    """Reference runs of native dist_sync, computed once per session per setting."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self._factory = factory
+        self._cache: dict[tuple[str, ...], Job] = {}
+
+    def get(self, *args: str, workers: int, servers: int) -> Job:
+        key = (*args, str(workers), str(servers))
+        if key not in self._cache:
+            job = run_job(self._factory.mktemp("native"), "--kv", "dist_sync", *args,
+                          workers=workers, servers=servers)
+            assert_ok(job)
+            self._cache[key] = job
+        return self._cache[key]
+
+
+@pytest.fixture(scope="session")
+def native_refs(tmp_path_factory: pytest.TempPathFactory) -> NativeRefs:
+    return NativeRefs(tmp_path_factory)

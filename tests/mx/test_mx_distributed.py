@@ -1,0 +1,137 @@
+"""AutoByte vs native dist_sync with real ps-lite processes: same parameters after training.
+
+With 2 workers the server's sum is order-free (a + b == b + a in float32) and the SGD update
+runs the same operator on workers as on servers, so parameters must match bitwise. With 3
+workers the server adds pushes in arrival order, so they match within float32 rounding
+(rtol 1e-5, atol 1e-6).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import NativeRefs, assert_ok, run_job
+
+pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
+
+MLP = ("--model", "mlp", "--steps", "8")
+
+
+def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], *,
+                exact: bool) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        if exact:
+            assert np.array_equal(got[name], want[name]), (
+                f"{name}: max diff {np.abs(got[name] - want[name]).max()}")
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize(("partition", "credit"), [("4KiB", "4KiB"), ("64KiB", "1MiB")])
+def test_partitioned_matches_native_bitwise(tmp_path: Path, native_refs: NativeRefs,
+                                            partition: str, credit: str) -> None:
+    want = native_refs.get(*MLP, workers=2, servers=1)
+    job = run_job(tmp_path, *MLP, "--partition", partition, "--credit", credit)
+    assert_ok(job)
+    for rank in range(2):
+        assert_same(job.params(rank), want.params(rank), exact=True)
+    steps = job.summary(0)["steps"]
+    assert steps and all(s["config"]["partition_bytes"] == job.summary(0)["config"][
+        "partition_bytes"] for s in steps)
+    # dense0_weight is 64x300 floats = 76.8 KB: several chunks at 4KiB/64KiB
+    chunks = [c for c in steps[-1]["chunks"] if c["tensor"].endswith("dense0_weight")]
+    assert len(chunks) == -(-64 * 300 * 4 // (4096 if partition == "4KiB" else 65536))
+
+
+def test_scheduling_off_matches_native_bitwise(tmp_path: Path, native_refs: NativeRefs) -> None:
+    want = native_refs.get(*MLP, workers=2, servers=1)
+    job = run_job(tmp_path, *MLP, "--scheduling", "0")
+    assert_ok(job)
+    assert_same(job.params(1), want.params(1), exact=True)
+    assert all(len(s["chunks"]) == 6 for s in job.summary(0)["steps"])  # whole tensors
+
+
+def test_live_reconfiguration_two_workers(tmp_path: Path, native_refs: NativeRefs) -> None:
+    """Rank 0 proposes after loop steps 0, 2, 4 (kvstore steps 1, 3, 5); the proposal rides
+    the next step's control key and every worker applies it one step after that."""
+    want = native_refs.get(*MLP, workers=2, servers=1)
+    job = run_job(tmp_path, *MLP, "--partition", "1MiB", "--credit", "4MiB",
+                  "--switch", "0:8KiB:16KiB:1", "--switch", "2:4KiB:64KiB:0",
+                  "--switch", "4:32KiB:32KiB:1")
+    assert_ok(job)
+    for rank in range(2):
+        assert_same(job.params(rank), want.params(rank), exact=True)
+    seen = [[(s["step"], s["config"]["partition_bytes"], s["config"]["scheduling"])
+             for s in job.summary(r)["steps"]] for r in range(2)]
+    assert seen[0] == seen[1], "workers switched at different steps"
+    by_step = {step: (part, sched) for step, part, sched in seen[0]}
+    assert by_step[1] == by_step[2] == (1 << 20, True)
+    assert by_step[3] == by_step[4] == (8 << 10, True)
+    assert by_step[5][1] is False and by_step[6][1] is False
+    assert by_step[7] == (32 << 10, True)
+    # the planned order is shared: both workers start chunks in the same sequence
+    for s0, s1 in zip(job.summary(0)["steps"], job.summary(1)["steps"], strict=True):
+        order = [[(c["tensor"], c["index"]) for c in s["chunks"]] for s in (s0, s1)]
+        assert order[0] == order[1], f"step {s0['step']}: admission order differs"
+
+
+def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
+                                                        native_refs: NativeRefs) -> None:
+    want = native_refs.get(*MLP, workers=3, servers=2)
+    job = run_job(tmp_path, *MLP, "--partition", "8KiB", "--credit", "8KiB",
+                  "--switch", "2:64KiB:256KiB:1", workers=3, servers=2)
+    assert_ok(job)
+    for rank in range(3):
+        assert_same(job.params(rank), want.params(rank), exact=False)
+
+
+def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
+                                                       native_refs: NativeRefs) -> None:
+    """kvstore='autobyte' as a string (knobs from AUTOBYTE_*), a CNN, 2 servers, and the
+    kvstore API: states save/load, push/pull, list keys, errors for misuse."""
+    args = ("--model", "cnn", "--steps", "5")
+    want = native_refs.get(*args, workers=2, servers=2)
+    job = run_job(tmp_path, *args, "--kv", "autobyte-env", "--checks", servers=2,
+                  env={"AUTOBYTE_PARTITION_BYTES": "16KiB", "AUTOBYTE_CREDIT_BYTES": "64KiB"})
+    assert_ok(job)
+    for rank in range(2):
+        assert_same(job.params(rank), want.params(rank), exact=True)
+    summary = job.summary(1)
+    assert summary["config"]["partition_bytes"] == 16 << 10
+    checks = summary["checks"]
+    assert checks["states_roundtrip"] and checks["registered"]
+    assert checks["push_pull_sum"] == 3.0  # 1 + 2
+    assert checks["list_pushpull"] == [3.0, 6.0]
+    errors = checks["errors"]
+    assert "dense gradients only" in errors["sparse"]
+    assert "one device per worker" in errors["two_devices"]
+    assert "never initialised" in errors["unknown_key"]
+    assert "dense gradients only" in errors["row_sparse_pull"]
+    assert "update_on_kvstore=False" in errors["set_optimizer"]
+    step = summary["steps"][-1]
+    assert step["bytes_up"] == step["bytes_down"] > 0
+    assert step["samples"] == 16 and step["samples_per_s"] > 0
+    assert len(step["grad_ready_s"]) == 8  # 4 layers x (weight, bias)
+    assert summary["stats_cost_s"] >= 0
+
+
+def test_workers_disagreeing_on_config_fail_clearly(tmp_path: Path) -> None:
+    job = run_job(tmp_path, *MLP, "--partition", "64KiB", "--partition-on-rank1", "8KiB",
+                  timeout=60)
+    assert not job.result.ok and not job.result.timed_out
+    text = job.output("worker0") + job.output("worker1")
+    assert "workers disagree on the AutoByte configuration" in text
+
+
+def test_frozen_server_is_reported_not_a_silent_hang(tmp_path: Path) -> None:
+    pidfile = tmp_path / "server.pid"
+    job = run_job(tmp_path, *MLP, "--kill-server-at", "2", timeout=90,
+                  env={"AUTOBYTE_TIMEOUT": "4", "MXTEST_SERVER_PIDFILE": str(pidfile)})
+    assert not job.result.ok and not job.result.timed_out
+    assert job.result.returncode == 75
+    text = job.output("worker0") + job.output("worker1")
+    assert "no communication progress" in text and "server" in text
