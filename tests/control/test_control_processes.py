@@ -250,9 +250,12 @@ def test_coordinator_killed_workers_keep_last_config_and_exit_promptly(
     for w in workers:
         assert w.finish() == 0, w.stderr
         done = w.wait_for(lambda e: e["event"] == "done")
-        assert done["config"]["partition_bytes"] == 256 * 1024 and not done["alive"]
-        assert w.stderr.count("training continues with the last configuration") == 1, w.stderr
-        assert w.exited_at is not None and w.exited_at - done["t"] < 1.0
+        context = f"events={w.events}\nstderr:\n{w.stderr}"
+        assert done["config"]["partition_bytes"] == 256 * 1024, context
+        assert not done["alive"], context
+        assert w.stderr.count("training continues with the last configuration") == 1, context
+        assert w.exited_at is not None and w.exited_at - done["t"] < 1.0, (
+            w.exited_at and w.exited_at - done["t"])
 
 
 def test_exits_promptly_when_no_coordinator_ever_answered(spawn: Callable[..., Proc]) -> None:
