@@ -22,13 +22,14 @@ from common.meta._features import (
     SEQ_LEN,
     EncodedJob,
     MetaInput,
+    Sample,
     encode_candidates,
     encode_job,
     speed_from_target,
     target_from_speed,
 )
 from common.meta._model import FORMAT_VERSION, PRETRAINED, MetaModel, build_network
-from common.meta._train import Adaptation, EvalReport, Sample, adapt, evaluate, train
+from common.meta._train import Adaptation, EvalReport, adapt, evaluate, train
 from common.meta._tuner import MetaTuner, Predictor, create_meta_tuner
 from common.tuners import register as _register
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from common.errors import ConfigError, ModelFileError
-from common.meta._features import MetaInput
+from common.meta._features import MetaInput, Sample
 
 __all__ = ["DATASET_VERSION", "HOLDOUT_BANDWIDTH_BPS", "HOLDOUT_MODELS", "Dataset", "generate"]
 
@@ -143,6 +143,29 @@ class Dataset:
             raise ModelFileError(f"{path}: no such dataset file") from None
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise ModelFileError(f"{path}: not a readable dataset ({exc})") from None
+
+    @staticmethod
+    def from_samples(samples: Sequence[Sample], *, source: str = "testbed") -> Dataset:
+        """Rows from observations of real runs (e.g. a decision log's windows); samples
+        with the same ``job`` (equal MetaInput) form one job."""
+        jobs: dict[MetaInput, list[Sample]] = {}
+        for s in samples:
+            jobs.setdefault(s.job, []).append(s)
+        parts = []
+        for job, rows in jobs.items():
+            iteration = [job.workers * job.batch_size / s.speed for s in rows]
+            parts.append({
+                "job_model": job.model, "job_source": source, "job_arch": job.arch,
+                "job_workers": job.workers, "job_servers": job.servers,
+                "job_batch_size": job.batch_size, "job_bandwidth_down_bps": job.bandwidth_down_bps,
+                "job_bandwidth_up_bps": job.bandwidth_up_bps, "job_layer_start": 0,
+                "job_layer_count": 0, "layer_backward_s": job.layer_backward_s,
+                "layer_bytes": job.layer_bytes,
+                "partition_bytes": [s.partition_bytes for s in rows],
+                "credit_bytes": [s.credit_bytes for s in rows],
+                "speed": [s.speed for s in rows], "iteration_s": iteration,
+                "lower_bound_s": [math.nan] * len(rows)})
+        return Dataset.from_parts(parts)
 
     @staticmethod
     def concat(sets: Iterable[Dataset]) -> Dataset:

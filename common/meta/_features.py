@@ -43,6 +43,7 @@ __all__ = [
     "STATIC_FEATURES",
     "EncodedJob",
     "MetaInput",
+    "Sample",
     "comm_factor",
     "encode_candidates",
     "encode_job",
@@ -133,6 +134,17 @@ class MetaInput:
                    bandwidth_down_bps=float(np.mean(obs.bandwidth_down)),
                    bandwidth_up_bps=float(np.mean(obs.bandwidth_up)), servers=servers,
                    model=obs.model, batch_size=batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One observation of a job: ``speed`` samples/s (a window's mean) under (partition,
+    credit) in bytes."""
+
+    job: MetaInput
+    partition_bytes: int
+    credit_bytes: int
+    speed: float
 
 
 @dataclasses.dataclass(frozen=True)

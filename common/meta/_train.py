@@ -28,6 +28,7 @@ from common.meta._dataset import Dataset
 from common.meta._features import (
     KNOWN_MODELS,
     MetaInput,
+    Sample,
     encode_candidates,
     encode_job,
     speed_from_target,
@@ -38,16 +39,6 @@ from common.meta._model import MetaModel, build_network, keras_module
 __all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "train"]
 
 Report = Callable[[str], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sample:
-    """One observation of a running job: ``speed`` samples/s under (partition, credit)."""
-
-    job: MetaInput
-    partition_bytes: int
-    credit_bytes: int
-    speed: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,8 +219,8 @@ class Adaptation:
         return self._model
 
 
-def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 60,
-          learning_rate: float = 3e-3, background: bool = True) -> Adaptation:
+def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 100,
+          learning_rate: float = 5e-3, background: bool = True) -> Adaptation:
     """Fine-tune a copy of ``model``'s head on ``samples``; ``model`` itself is not changed.
 
     Returns at once (``background=True``); the Adaptation's ``result()`` is the new model."""
@@ -245,7 +236,7 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 60,
         clone.get_layer("encoder").trainable = False
         clone.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
         clone.fit(data.inputs(), data.target, epochs=epochs,
-                  batch_size=min(64, len(data.target)), shuffle=True, verbose=0)
+                  batch_size=min(16, len(data.target)), shuffle=True, verbose=0)
         info = {**model.info, "adapted_on": len(data.target),
                 "adapted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         return MetaModel(clone, vocabulary=model.vocabulary, info=info)

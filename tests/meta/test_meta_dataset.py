@@ -84,3 +84,19 @@ def test_bad_dataset_files(tmp_path: Path) -> None:
     np.savez(old, schema_version=np.array(0))
     with pytest.raises(ModelFileError, match="schema version 0"):
         Dataset.load(old)
+
+
+def test_testbed_rows_from_samples(small: Dataset) -> None:
+    from common.meta import Sample
+
+    job = small.job(0)
+    rows = [Sample(job, 1 << 20, 4 << 20, 100.0), Sample(job, 1 << 22, 4 << 22, 120.0),
+            Sample(small.job(1), 1 << 20, 1 << 20, 50.0)]
+    data = Dataset.from_samples(rows)
+    assert data.num_jobs == 2 and len(data) == 3
+    assert set(data["job_source"].tolist()) == {"testbed"}
+    assert data.job(0) == job
+    np.testing.assert_allclose(data["speed"] * data["iteration_s"],
+                               job.workers * job.batch_size * np.array([1, 1, 0])
+                               + small.job(1).workers * small.job(1).batch_size
+                               * np.array([0, 0, 1]))

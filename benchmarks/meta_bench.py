@@ -1,0 +1,106 @@
+"""Meta-network: inference time over the whole candidate grid, and what it picks, as tables.
+
+    .venv/bin/python benchmarks/meta_bench.py                 # the pretrained model
+    .venv/bin/python benchmarks/meta_bench.py --model m.keras --repeat 50
+
+1. One inference over all 176 candidates of the default search space (features included),
+   per shipped profile: the scorer as the tuner runs it (one XLA-compiled predict_on_batch:
+   encoder once, head over the tiled candidates), the same graph without XLA, and Keras'
+   ``model.predict`` on the training model with the job tiled (what a naive caller would do).
+   Median and p90 of --repeat calls, measured side by side in one run (the machine is noisy).
+2. Per profile and architecture (16 workers, 3 Gbit/s: a held-out bandwidth; PS with 4
+   servers), simulated speeds: the configuration the model picks vs the grid's best, and P3's
+   default (160 KiB, 1x). Simulated, not measured on the testbed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+
+from common.config import Config
+from common.meta import MetaInput, MetaModel, encode_candidates, encode_job
+from common.sim import MODELS, Profile, get_profile, simulate
+from common.tuners import SearchSpace
+
+
+def job_of(name: str, *, workers: int, arch: str, rate: float, servers: int = 1) -> MetaInput:
+    p = get_profile(name)
+    return MetaInput(layer_backward_s=tuple(x.backward_s for x in p.layers),
+                     layer_bytes=tuple(x.nbytes for x in p.layers), workers=workers, arch=arch,
+                     servers=servers, bandwidth_down_bps=rate, bandwidth_up_bps=rate,
+                     model=name, batch_size=p.batch_size)
+
+
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    fn()
+    fn()  # compile and warm up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return 1e3 * statistics.median(times), 1e3 * times[min(len(times) - 1, int(0.9 * repeat))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", help="model file (default: the pretrained model)")
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    model = MetaModel.load(args.model)
+    grid = np.array(list(SearchSpace()))
+    parts, credits = grid[:, 0], grid[:, 0] * grid[:, 1]
+    plain = MetaModel(model.network, vocabulary=model.vocabulary)
+    plain._scorer = plain._build_scorer()
+    plain._scorer.compile(jit_compile=False)
+
+    print(f"1. one inference over {len(grid)} candidates (ms, median / p90 of {args.repeat})")
+    print(f"{'model':<12} {'XLA scorer':>14} {'no XLA':>14} {'model.predict':>14}")
+    for name in MODELS:
+        job = job_of(name, workers=16, arch="allreduce", rate=10e9)
+
+        def naive(job: MetaInput = job) -> object:
+            enc = encode_job(job, vocabulary=model.vocabulary)
+            cand = encode_candidates(enc, parts, credits)
+            n = len(cand)
+            return model.network.predict([np.repeat(enc.sequence[None], n, 0),
+                                          np.repeat(enc.static[None], n, 0), cand], verbose=0)
+
+        cells = [timed(lambda j=job, m=m: m.predict(j, parts, credits), args.repeat)
+                 for m in (model, plain)]
+        cells.append(timed(naive, max(5, args.repeat // 5)))
+        print(f"{name:<12} " + " ".join(f"{m:>6.1f} / {p:>5.1f}" for m, p in cells))
+
+    print("\n2. simulated speed of the pick (16 workers, 3 Gbit/s, held out; PS: 4 servers)")
+    print(f"{'model':<12} {'arch':<10} {'picked':>18} {'of best':>8} {'P3 of best':>10}")
+    for name in MODELS:
+        profile = get_profile(name)
+        for arch in ("ps", "allreduce"):
+            servers = 4 if arch == "ps" else 1
+            job = job_of(name, workers=16, arch=arch, rate=3e9, servers=servers)
+            pred = model.predict(job, parts, credits)
+
+            def speed(p: int, c: int, arch: str = arch, servers: int = servers,
+                      profile: Profile = profile) -> float:
+                return simulate(profile, Config(partition_bytes=p, credit_bytes=c), workers=16,
+                                arch=arch, servers=servers, bandwidth=3e9, trace=False).speed
+
+            true = np.array([speed(int(p), int(c)) for p, c in zip(parts, credits, strict=True)])
+            pick = int(np.argmax(pred))
+            p3 = speed(160 * 1024, 160 * 1024)
+            label = f"{parts[pick] >> 10} KiB x{grid[pick, 1]}"
+            print(f"{name:<12} {arch:<10} {label:>18} {true[pick] / true.max():>8.1%} "
+                  f"{p3 / true.max():>10.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The Keras meta-network: save/load round trip, refusal of bad files, batched scoring, the
+tuner on a real network, and online adaptation of the head on a shifted distribution.
+
+Skipped when Keras is not installed (the rest of tests/meta runs without it). Networks here
+are tiny and trained for a few epochs: these tests check behaviour, not quality
+(``autobyte meta eval`` and benchmarks/meta_bench.py measure quality).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras", reason="Keras 3 is not installed: the meta-network needs it")
+
+from common.errors import ModelFileError
+from common.meta import (
+    Dataset,
+    MetaModel,
+    MetaTuner,
+    Sample,
+    adapt,
+    create_meta_tuner,
+    evaluate,
+    generate,
+    train,
+)
+from common.meta._model import STAMP
+from common.tuners import BayesianTuner, SearchSpace
+
+TINY = {"width": 8, "lstm": 8, "dense": 16}
+
+
+@pytest.fixture(scope="module")
+def data() -> Dataset:
+    return generate(jobs=10, seed=5, configs_per_job=6)
+
+
+@pytest.fixture(scope="module")
+def model(data: Dataset) -> MetaModel:
+    return train(data, epochs=3, size=TINY, seed=1)
+
+
+@pytest.fixture(scope="module")
+def saved(model: MetaModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model.save(tmp_path_factory.mktemp("meta") / "model.keras")
+
+
+def grid() -> tuple[np.ndarray, np.ndarray]:
+    points = np.array(list(SearchSpace()))
+    return points[:, 0], points[:, 0] * points[:, 1]
+
+
+def test_round_trip_gives_the_same_predictions(model: MetaModel, saved: Path,
+                                               data: Dataset) -> None:
+    back = MetaModel.load(saved)
+    assert back.vocabulary == model.vocabulary
+    assert back.info["jobs"] == 10
+    parts, credits = grid()
+    for j in (0, 7):
+        before = model.predict(data.job(j), parts, credits)
+        after = back.predict(data.job(j), parts, credits)
+        assert before.shape == (len(parts),) and np.all(before > 0)
+        np.testing.assert_allclose(after, before, rtol=1e-5)
+    # the batched grid agrees with the training model row by row
+    report = evaluate(back, data)
+    assert report.rows == len(data) and 0 < report.fraction_of_best <= 1
+
+
+def _rewrite(src: Path, dst: Path, stamp: dict[str, object] | None) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            if item.filename != STAMP:
+                zout.writestr(item, zin.read(item.filename))
+        if stamp is not None:
+            zout.writestr(STAMP, json.dumps(stamp))
+
+
+def test_bad_files_raise_model_file_error(saved: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no meta-network file"):
+        MetaModel.load(tmp_path / "missing.keras")
+    truncated = tmp_path / "truncated.keras"
+    truncated.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
+    with pytest.raises(ModelFileError, match="corrupted"):
+        MetaModel.load(truncated)
+    unstamped = tmp_path / "plain.keras"
+    _rewrite(saved, unstamped, None)
+    with pytest.raises(ModelFileError, match="without an AutoByte stamp"):
+        MetaModel.load(unstamped)
+    future = tmp_path / "future.keras"
+    _rewrite(saved, future, {"format": "autobyte-meta", "format_version": 99,
+                             "feature_version": 1})
+    with pytest.raises(ModelFileError, match="incompatible"):
+        MetaModel.load(future)
+    damaged = tmp_path / "damaged.keras"
+    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(damaged, "w") as zout:
+        for item in zin.infolist():
+            body = zin.read(item.filename)
+            zout.writestr(item, body[:100] if item.filename.endswith(".h5") else body)
+    with pytest.raises(ModelFileError, match="could not be loaded"):
+        MetaModel.load(damaged)
+
+
+def test_tuner_falls_back_on_an_incompatible_file(saved: Path, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    future = tmp_path / "future.keras"
+    _rewrite(saved, future, {"format": "autobyte-meta", "format_version": 99})
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(create_meta_tuner(model_path=future), BayesianTuner)
+    assert "incompatible" in caplog.text and "Bayesian" in caplog.text
+    assert isinstance(create_meta_tuner(model_path=saved), MetaTuner)
+
+
+def test_meta_tuner_proposes_the_models_argmax(model: MetaModel, data: Dataset) -> None:
+    tuner = MetaTuner(predictor=model)
+    tuner.job = data.job(3)
+    parts, credits = grid()
+    best = int(np.argmax(model.predict(data.job(3), parts, credits)))
+    config = tuner.propose()
+    assert (config.partition_bytes, config.credit_bytes) == (parts[best], credits[best])
+
+
+def test_adaptation_reduces_error_on_a_shifted_distribution(model: MetaModel,
+                                                            data: Dataset) -> None:
+    """The real cluster runs 1.7x slower than the simulator predicted (framework overheads):
+    fine-tuning the head on some jobs' windows fixes the error on other jobs."""
+    samples = [Sample(data.job(int(j)), int(p), int(c), float(v) / 1.7)
+               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                     data["credit_bytes"], data["speed"], strict=True)]
+    jobs = data["sample_job"]
+    seen = [s for s, j in zip(samples, jobs, strict=True) if j % 2 == 0]
+    unseen = [s for s, j in zip(samples, jobs, strict=True) if j % 2 == 1]
+    before = evaluate(model, unseen).mape
+    weights = [w.copy() for w in model.network.get_weights()]
+    job = adapt(model, seen)
+    adapted = job.result(timeout=300)
+    assert job.done and adapted is not model
+    after = evaluate(adapted, unseen).mape
+    assert after < 0.6 * before, (before, after)
+    # the caller's model is untouched and the encoder of the adapted one is frozen
+    for w, v in zip(weights, model.network.get_weights(), strict=True):
+        np.testing.assert_array_equal(w, v)
+    enc_before = model.network.get_layer("encoder").get_weights()
+    enc_after = adapted.network.get_layer("encoder").get_weights()
+    for w, v in zip(enc_before, enc_after, strict=True):
+        np.testing.assert_array_equal(w, v)
+    assert adapted.info["adapted_on"] == len(seen)
