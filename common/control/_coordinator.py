@@ -72,6 +72,7 @@ class Coordinator:
         self._peers: dict[bytes, str] = {}
         self._byes: set[str] = set()
         self._windows: dict[int, dict[int, Window]] = {}
+        self._failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -166,6 +167,10 @@ class Coordinator:
                 self._handle(identity, message)
             except ControlError as exc:
                 self.verifier.drop(exc, "coordinator")
+            except Exception:  # a bug or a full disk must not end the coordinator
+                self._failures += 1
+                if self._failures <= 3:
+                    log.exception("coordinator: handling a message failed; going on")
 
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender
@@ -225,7 +230,7 @@ class Coordinator:
     def _send(self, identity: bytes, type_: str, body: dict[str, Any]) -> None:
         try:
             self._sock.send_multipart([identity, *self._signer.sign(type_, body)], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, TypeError, ValueError) as exc:
             log.debug("send to %s failed: %s", self._peers.get(identity), exc)
 
 

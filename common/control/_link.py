@@ -153,6 +153,11 @@ class Link(threading.Thread):
 
     def _send(self, sock: zmq.Socket[Any], type_: str, body: dict[str, Any]) -> None:
         try:
-            sock.send_multipart(self._signer.sign(type_, body), zmq.NOBLOCK)
+            frames = self._signer.sign(type_, body)
+        except (TypeError, ValueError) as exc:  # e.g. a NaN the adapter passed in
+            log.warning("cannot encode a %s message (%s); dropped", type_, exc)
+            return
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:
             log.debug("control queue full; dropped a %s message", type_)

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from common.config import Config
-from common.errors import ConfigError
+from common.errors import ConfigError, ControlError
 from common.stats._window import ARCHITECTURES, Window
 
 __all__ = ["StatsCollector"]
@@ -142,7 +142,12 @@ class StatsCollector:
         """Close the open window now (end of training, reconfiguration); None when empty."""
         if self._first < 0:
             return None
-        window = self._build()
+        try:
+            window = self._build()
+        except ControlError as exc:  # e.g. a NaN step time: drop the window, never the job
+            log.warning("dropped statistics window from step %d: %s", self._first, exc)
+            self._reset()
+            return None
         self._reset()
         if self._on_window is not None:
             self._on_window(window)
@@ -153,7 +158,8 @@ class StatsCollector:
         layer_times: tuple[float, ...] = ()
         if self._layer_steps:
             mean = np.round(self._layer_sum / self._layer_steps, 7)  # 0.1 us: short JSON
-            layer_times = tuple(mean.tolist())
+            if np.isfinite(mean).all():
+                layer_times = tuple(mean.tolist())
         return Window(
             rank=self._rank, num_workers=self._num_workers,
             window=self._first, first_step=self._first,

@@ -151,3 +151,39 @@ def test_meta_tuner_falls_back_to_bayesian_when_it_cannot_be_built(
     assert getattr(tuner, "name", "") == "bayesian"
     with pytest.raises(ControlError, match="tuner must be one of"):
         make_tuner("nonsense")
+
+
+def test_coordinator_survives_a_failing_decision_log(tmp_path: Path) -> None:
+    import zmq
+
+    from common.control import Signer
+    from common.decision_log import DecisionLog
+    from common.stats import StatsCollector, Window
+
+    class FullDisk(DecisionLog):
+        def write(self, type_: str, record: object) -> None:  # type: ignore[override]
+            if type_ == "window":
+                raise OSError(28, "No space left on device")
+
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=Config(window_steps=2),
+                    secret=KEY, decision_log=FullDisk(None)).start()
+    windows: list[Window] = []
+    collector = StatsCollector(rank=0, num_workers=1, config=Config(window_steps=2),
+                               on_window=windows.append)
+    for step in range(6):
+        collector.record_step(step, 1, 0.1)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(c.endpoint)
+        signer = Signer(secret=KEY, sender="worker0")
+        for w in windows:
+            sock.send_multipart(signer.sign("report", {"window": w.to_dict()}))
+        sock.send_multipart(signer.sign("hello", {"rank": 0, "num_workers": 1}))
+        assert sock.poll(5000), "coordinator stopped answering"
+        assert c._failures == len(windows)
+    finally:
+        sock.close(0)
+        ctx.term()
+        c.close()

@@ -153,3 +153,15 @@ def test_observation_from_an_older_dict_without_samples_per_step() -> None:
     data = obs.to_dict()
     del data["samples_per_step"]
     assert Observation.from_dict(data).samples_per_step == 0.0
+
+
+def test_bad_numbers_from_the_adapter_drop_a_window_not_the_job() -> None:
+    out: list[Window] = []
+    c = StatsCollector(rank=0, num_workers=1, config=Config(), window_steps=2,
+                       warmup_after_change=0, on_window=out.append)
+    c.record_step(0, 1, float("nan"))
+    c.record_step(1, 1, 0.1)
+    c.record_step(2, 1, 0.1, layer_backward_s=[float("nan"), 0.1])
+    c.record_step(3, 1, 0.1)
+    assert [w.first_step for w in out] == [2]
+    assert out[0].layer_backward_s == () and out[0].layer_steps == 1
