@@ -76,8 +76,8 @@ class Link(threading.Thread):
         try:
             sock.connect(self.endpoint)
             self._loop(sock)
-        except zmq.ZMQError as exc:
-            log.error("control link to %s failed (%s); training continues with %s",
+        except Exception as exc:  # never silently: the job goes on with its configuration
+            log.error("control link to %s failed (%r); training continues with %s",
                       self.endpoint, exc, self._describe())
         finally:
             sock.close(linger=100 if self.alive else 0)
