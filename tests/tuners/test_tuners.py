@@ -8,6 +8,7 @@ import pytest
 from common.config import Config
 from common.errors import ConfigError
 from common.tuners import _FACTORIES as FACTORIES
+from common.tuners import _PROVIDERS as PROVIDERS
 from common.tuners import (
     P3_PARTITION_BYTES,
     BayesianTuner,
@@ -147,14 +148,17 @@ def registry() -> Iterator[None]:
         FACTORIES.update(saved)
 
 
-def test_create_by_name_and_the_meta_hook(registry: None) -> None:
+def test_create_by_name_and_the_meta_hook(registry: None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(NAMES) <= set(available())
     assert isinstance(create(" Bayesian ", seed=2), BayesianTuner)
     with pytest.raises(ConfigError, match="tuner must be one of"):
         create("random")
-    if "meta" not in FACTORIES:
-        with pytest.raises(ConfigError, match="needs the meta-network"):
-            create("meta")
+    # without a provider that registers it, "meta" is a clear error
+    FACTORIES.pop("meta", None)
+    monkeypatch.setitem(PROVIDERS, "meta", "common.no_such_meta_module")
+    with pytest.raises(ConfigError, match="needs the meta-network"):
+        create("meta")
 
     class Fixed(DefaultTuner):
         name = "meta"
