@@ -59,6 +59,7 @@ class BayesianTuner(Tuner):
         from scipy.stats import norm
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         observations = self.observations
         floor = min((s for _, s in observations if s > 0), default=1.0) / 2
@@ -69,7 +70,8 @@ class BayesianTuner(Tuner):
                   + WhiteKernel(1e-4, (1e-8, 1e-1)))
         gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=self.restarts,
                                       random_state=self.seed)
-        with warnings.catch_warnings():
+        # a few dozen points: BLAS threads only contend (4x slower on a busy 2-core host)
+        with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")  # convergence chatter on a handful of points
             gp.fit(x, y)
             mean, std = gp.predict(self._x[indices], return_std=True)
