@@ -95,8 +95,8 @@ class ThresholdTrigger(Trigger):
             return self._switch("explore", current, unknown[0], gain, error, adapt,
                                 f"{unknown[0].source}'s proposal has no prediction yet: "
                                 "measure it for one window")
+        needed = self.gain_threshold + (self._extra(best) if best is not None else 0.0)
         if best is not None and gain is not None:
-            needed = self.gain_threshold + self._extra(best)
             pending, self._pending = self._pending, None
             if gain > needed:
                 if self._since_switch <= self.cooldown_windows:
@@ -114,7 +114,7 @@ class ThresholdTrigger(Trigger):
                 f"exploration budget ({self.explore_budget}) spent; no measured alternative")
             return Verdict("stay", current, why, None, error, adapt)
         return Verdict("stay", current, f"best candidate predicts {gain:+.1%}, not above "
-                       f"{self.gain_threshold:.1%}", gain, error, adapt)
+                       f"{needed:.1%}", gain, error, adapt)
 
     def exploring(self) -> bool:
         return self.explore and (self.explore_budget is None
