@@ -144,7 +144,7 @@ class Coordinator:
         next_beat = time.monotonic()
         try:
             while not self._stop.is_set():
-                if poller.poll(timeout=50):
+                if poller.poll(timeout=100):
                     self._drain()
                 if time.monotonic() >= next_beat:
                     self._broadcast("heartbeat", self._heartbeat())

@@ -3,7 +3,7 @@
 The training thread never touches the socket: it appends to ``outbox`` (a deque; appends are
 atomic) and calls ``wake`` (one byte into a pipe the thread polls with the socket, so a window
 goes out at once, not at the next tick); decisions come back through ``on_decision``. The
-thread wakes at least every 50 ms, sends what is queued without blocking (a full queue while
+thread wakes at least every 200 ms, sends what is queued without blocking (a full queue while
 the coordinator is away drops the message: statistics are only useful fresh), verifies what
 arrives, and watches heartbeats: when the coordinator has been silent for ``dead_after_s`` it
 says once that training goes on with the last configuration, and once more if it comes back.
@@ -94,7 +94,7 @@ class Link(threading.Thread):
         next_hello = started
         heard = False
         while not self.stop_event.is_set():
-            events = dict(poller.poll(timeout=50))
+            events = dict(poller.poll(timeout=200))
             if self._wake_r in events:
                 self._drain_wake()
             if sock in events:
