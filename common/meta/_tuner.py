@@ -4,7 +4,8 @@ It follows the tuner contract of ``common.tuners`` and the decision loop's optio
 ``observe_window(observation)`` gives it the job's Table II statistics, ``predict(configs)``
 answers for the trigger, ``adapt(observations)`` fine-tunes the head in the background when
 the trigger sees predictions drift (the old model keeps answering until the new one is ready).
-Until it has seen one window it proposes the job's own configuration: it cannot know better.
+Until it has a window with per-layer statistics (an adapter that does not time layers never
+sends one) it proposes with Bayesian optimisation over the same observations, saying so once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ class MetaTuner(Tuner):
         self._proposal: Config | None = None
         self._adaptation: Any = None
         self._lock = threading.Lock()
+        self._fallback = BayesianTuner(space=self.space, seed=seed, base=self.base)
+        self._warned = False
+
+    def observe(self, config: Config, speed: float) -> None:
+        super().observe(config, speed)
+        self._fallback.observe(config, speed)
+
+    def reset(self) -> None:
+        super().reset()
+        self._fallback.reset()
 
     def observe_window(self, observation: Any) -> None:
         """Table II statistics of the latest merged window: the job the network scores."""
@@ -73,7 +84,11 @@ class MetaTuner(Tuner):
 
     def propose(self) -> Config:
         if self.job is None:
-            return self.base
+            if not self._warned:
+                self._warned = True
+                log.warning("meta tuner: no per-layer statistics yet; proposing with Bayesian "
+                            "optimisation until a window carries them")
+            return self._fallback.propose()
         if self._proposal is None:
             best = int(np.argmax(self.scores()))
             partition, multiple = (int(v) for v in self._grid[best])

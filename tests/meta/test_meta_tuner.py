@@ -34,7 +34,8 @@ def test_proposes_the_argmax_in_one_batched_call() -> None:
     space = SearchSpace()
     base = Config(window_steps=5)
     tuner = MetaTuner(predictor=fake, space=space, base=base)
-    assert tuner.propose() == base  # no statistics yet: keep the job's configuration
+    first = tuner.propose()  # no statistics yet: Bayesian optimisation's first point
+    assert first == BayesianTuner(space=space, base=base).propose()
     assert fake.calls == []
     tuner.observe_window(observation())
     config = tuner.propose()
