@@ -20,8 +20,9 @@ from common.errors import ConfigError
 __all__ = ["SLOTS", "ControlMessage", "decode", "encode", "fingerprint"]
 
 _BASE = 4096
-_HAS, _P_HI, _P_LO, _C_HI, _C_LO, _SCHED, _FP0, _FP_ALL, _STEP0, _STEP_ALL, _COUNT = range(11)
-SLOTS = 11
+(_HAS, _P_HI, _P_LO, _C_HI, _C_LO, _SCHED, _FP0, _FP_ALL, _STEP0, _STEP_ALL, _COUNT,
+ _HEAD_HAS, _HEAD_HI, _HEAD_LO) = range(14)
+SLOTS = 14
 _STEP_MOD = 4096
 
 
@@ -33,11 +34,12 @@ def fingerprint(config: Config) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ControlMessage:
-    """What the summed control vector says: rank 0's proposal, if any."""
+    """What the summed control vector says: rank 0's proposal, if any, and its plan head."""
 
     partition_bytes: int | None
     credit_bytes: int | None
     scheduling: bool | None
+    head_bytes: int | None = None
 
     def apply_to(self, config: Config) -> Config | None:
         """The proposed config built on ``config``; None when nothing was proposed."""
@@ -48,7 +50,9 @@ class ControlMessage:
         return None if new == config else new
 
 
-def encode(*, rank: int, config: Config, step: int, proposal: Config | None) -> list[float]:
+def encode(*, rank: int, config: Config, step: int, proposal: Config | None,
+           head_bytes: int | None = None) -> list[float]:
+    """This worker's control vector. ``head_bytes``: rank 0's measured plan head (``_plan``)."""
     values = [0.0] * SLOTS
     mine = fingerprint(config)
     values[_FP_ALL] = float(mine)
@@ -57,6 +61,9 @@ def encode(*, rank: int, config: Config, step: int, proposal: Config | None) -> 
     if rank == 0:
         values[_FP0] = float(mine)
         values[_STEP0] = float(step % _STEP_MOD)
+        if head_bytes is not None:
+            values[_HEAD_HAS] = 1.0
+            values[_HEAD_HI], values[_HEAD_LO] = divmod(max(0, min(head_bytes, 2**40)), _BASE)
         if proposal is not None:
             values[_HAS] = 1.0
             values[_P_HI], values[_P_LO] = divmod(proposal.partition_bytes, _BASE)
@@ -81,7 +88,8 @@ def decode(values: list[float], *, num_workers: int, rank: int, config: Config) 
         raise ConfigError(
             f"workers are at different steps (rank {rank} differs from rank 0): every worker "
             "must call pushpull for the same keys every step")
+    head = v[_HEAD_HI] * _BASE + v[_HEAD_LO] if v[_HEAD_HAS] else None
     if not v[_HAS]:
-        return ControlMessage(None, None, None)
+        return ControlMessage(None, None, None, head)
     return ControlMessage(v[_P_HI] * _BASE + v[_P_LO], v[_C_HI] * _BASE + v[_C_LO],
-                          bool(v[_SCHED]))
+                          bool(v[_SCHED]), head)

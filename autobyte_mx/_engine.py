@@ -17,7 +17,7 @@ from typing import Any
 
 from mxnet.base import _LIB, NDArrayHandle, check_call
 
-__all__ = ["push_async", "push_sync"]
+__all__ = ["push_async", "push_callback", "push_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ class _OnComplete(ctypes.Structure):
 
 
 _CPU = _Context(1, 0)
+# FnProperty::kAsync: run in the thread that satisfies the last dependency instead of queueing
+# behind compute on MXNet's single CPU worker; gates and callbacks only do bookkeeping.
+_ASYNC_PROP = ctypes.c_int(4)
 _pending: dict[int, Callable[..., None]] = {}
 _ids = itertools.count(1)
 
@@ -87,12 +90,27 @@ def push_async(fn: Callable[[Callable[[], None]], None], *, const: Sequence[Any]
     check_call(_LIB.MXEnginePushAsyncND(
         _ASYNC, ctypes.c_void_p(key), None, ctypes.byref(_CPU),
         _handles(const), len(const), _handles(mutable), len(mutable),
-        None, ctypes.c_int(priority), ctypes.c_char_p(name.encode()), ctypes.c_bool(False)))
+        ctypes.byref(_ASYNC_PROP), ctypes.c_int(priority), ctypes.c_char_p(name.encode()),
+        ctypes.c_bool(False)))
+
+
+def push_callback(fn: Callable[[], None], *, const: Sequence[Any] = (),
+                  mutable: Sequence[Any] = (), priority: int = 0,
+                  name: str = "autobyte_callback") -> None:
+    """Run ``fn()`` as soon as the inputs are ready, in the thread that made them ready."""
+
+    def run(complete: Callable[[], None]) -> None:
+        try:
+            fn()
+        finally:
+            complete()
+
+    push_async(run, const=const, mutable=mutable, priority=priority, name=name)
 
 
 def push_sync(fn: Callable[[], None], *, const: Sequence[Any] = (), mutable: Sequence[Any] = (),
               priority: int = 0, name: str = "autobyte_callback") -> None:
-    """Push an op that runs ``fn()`` in an engine thread once its inputs are ready."""
+    """Push an op that runs ``fn()`` on MXNet's CPU worker once its inputs are ready."""
     key = next(_ids)
     _pending[key] = fn
     check_call(_LIB.MXEnginePushSyncND(

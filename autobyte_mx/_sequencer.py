@@ -78,6 +78,7 @@ class Sequencer:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._stop = False
+        self.backward_s: float | None = None  # gradient-ready spread of the last full group
 
     # -- training thread -------------------------------------------------------------------
     def begin_step(self, step: int, expected: frozenset[Hashable] | None) -> None:
@@ -159,6 +160,9 @@ class Sequencer:
                 self._scheduler.ready(*entry.chunks)
                 group.next += 1
             self._groups.pop(0)
+            times = [e.t_ready for e in group.order if e.t_ready is not None]
+            if len(times) > 1:
+                self.backward_s = max(times) - min(times)
 
     def _ensure_closer(self) -> None:
         if self._thread is None:

@@ -29,6 +29,7 @@ from autobyte_mx import _engine
 from autobyte_mx._checks import check_environment
 from autobyte_mx._control import SLOTS, decode, encode
 from autobyte_mx._layout import CONTROL_KEY, WHOLE, Piece, Tensor
+from autobyte_mx._pace import Pace
 from autobyte_mx._plan import PlanItem, plan_order
 from autobyte_mx._sequencer import Entry, Sequencer
 from autobyte_mx._stats import StepRecorder, StepStats
@@ -42,6 +43,9 @@ __all__ = ["AutoByte"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
+# Engine priority of an admitted chunk's push/pull: the scheduler has already chosen the order,
+# so once a gate opens the transfer should not wait behind queued compute on the CPU worker.
+COMM_PRIORITY = 1 << 20
 
 
 def _layout_of(config: Config) -> int:
@@ -84,6 +88,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._control: Any = None
         self._control_due = False
         self._batch: int | None = None
+        self._pace = Pace()
+        self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
         atexit.register(_close_at_exit, weakref.ref(self))
         log.info("AutoByte kvstore: rank %d of %d, %s", self._rank, self._num_workers,
                  self._config.describe())
@@ -278,17 +284,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             for i, buffer in enumerate(buffers):
                 _engine.push_async(functools.partial(self._sequencer.gate_fired, entry, i),
                                    mutable=[buffer], priority=priority)
-            self._kv.pushpull(sub_keys, buffers, priority=priority)
+            self._kv.pushpull(sub_keys, buffers, priority=COMM_PRIORITY)
             for i, buffer in enumerate(buffers):
-                _engine.push_sync(functools.partial(self._chunk_done, entry, i),
-                                  const=[buffer], priority=priority)
+                _engine.push_callback(functools.partial(self._chunk_done, entry, i),
+                                      const=[buffer], priority=COMM_PRIORITY)
         else:
             self._watchdog.started()
             t0 = self._recorder_clock()
             self._kv.pushpull(sub_keys, buffers, priority=priority)
-            _engine.push_sync(functools.partial(self._whole_done, self._step, tensor, t0,
-                                                len(self._issued)),
-                              const=buffers, priority=priority)
+            _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
+                                                    len(self._issued)),
+                                  const=buffers, priority=priority)
         for target in targets:
             self._copy_out(tensor, layout, target)
 
@@ -301,11 +307,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _start_chunk(self, chunk: Chunk) -> None:
         self._watchdog.started()
+        self._pace.started()
         chunk.tag()
 
     def _chunk_done(self, entry: Entry, index: int) -> None:
         self._watchdog.finished()
-        self._scheduler.done(entry.chunks[index])
+        chunk = entry.chunks[index]
+        self._pace.finished(chunk.nbytes)
+        self._scheduler.done(chunk)
 
     def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int) -> None:
         self._watchdog.finished()
@@ -324,6 +333,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 summed = [float(x) for x in self._control.asnumpy()]
             message = decode(summed, num_workers=self._num_workers, rank=self._rank,
                              config=self._config)
+            if message.head_bytes is not None:
+                self._head_bytes = message.head_bytes
             new = message.apply_to(self._config)
             if new is not None:
                 self._apply(new)
@@ -352,8 +363,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._scheduler.reconfigure(config)
 
     def _push_control(self) -> None:
+        head = self._pace.head_bytes(self._sequencer.backward_s) if self._rank == 0 else None
         values = encode(rank=self._rank, config=self._config, step=self._step,
-                        proposal=self._proposal)
+                        proposal=self._proposal, head_bytes=head)
         self._proposal = None
         self._control[:] = mx.nd.array(values)
         self._kv.pushpull(CONTROL_KEY, self._control)
@@ -413,7 +425,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _plan(self, entries: Sequence[Entry]) -> list[Hashable]:
         items = [PlanItem(e.key, e.layer, e.nbytes) for e in entries]
-        return plan_order(items, head_bytes=self._scheduler.config.credit_bytes)
+        head = self._head_bytes
+        return plan_order(items, head_bytes=self._scheduler.config.credit_bytes if head is None
+                          else head)
 
     def _describe(self) -> str:
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "

@@ -105,6 +105,16 @@ def worker(args: argparse.Namespace) -> int:
     if isinstance(trainer._kvstore, autobyte_mx.AutoByte):
         stats = trainer._kvstore.step_stats()
         out["stats_s_per_step"] = (statistics.mean(s.stats_s for s in stats) if stats else 0.0)
+        if os.environ.get("MXBENCH_DUMP") and stats:
+            last = stats[-2].to_dict()
+            print("DUMP", json.dumps({"head": trainer._kvstore._head_bytes,
+                                      "duration": last["duration_s"],
+                                      "ready": last["grad_ready_s"],
+                                      "chunks": [(c["tensor"], c["index"], c["nbytes"],
+                                                  round(c["ready"] * 1e3, 1),
+                                                  round(c["start"] * 1e3, 1),
+                                                  round(c["done"] * 1e3, 1))
+                                                 for c in last["chunks"]]}), flush=True)
     print(RESULT + json.dumps(out), flush=True)
     return 0
 
@@ -118,7 +128,8 @@ def run_job(testbed: Any, model: str, kind: str, partition: str, credit: str,
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--kv", kind,
            "--partition", partition, "--credit", credit, "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--batch", str(args.batch)]
-    env = {"OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1",
+    env = {"MXBENCH_DUMP": os.environ.get("MXBENCH_DUMP", ""), "OMP_NUM_THREADS": "1",
+           "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.getcwd()}
     result = launch(framework="mxnet", command=cmd, workers=2, servers=1, env=env,
                     testbed=testbed, timeout=args.timeout, stream=None)
@@ -153,8 +164,8 @@ def driver(args: argparse.Namespace) -> int:
                         t0 = time.time()
                         r = run_job(tb, model, kind, partition, credit, args)
                         results.setdefault((rate, model, kind), []).append(r["median_s"])
-                        extra[(rate, model)] = {"bytes": r["params_bytes"],
-                                                "config": f"{partition}/{credit}"}
+                        extra.setdefault((rate, model), {}).update(
+                            bytes=r["params_bytes"], config=f"{partition}/{credit}")
                         if kind == "autobyte":
                             extra[(rate, model)]["stats_s"] = r["stats_s"]
                         print(f"  {rate:>7} {model:<10} {kind:<8} {r['median_s'] * 1e3:8.1f} "
