@@ -149,7 +149,7 @@ def _single(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> 
 
 
 def _grid(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> int:
-    from common.sim import simulate
+    from common.sim import lower_bound, simulate
     from common.tuners import SearchSpace
 
     space_options: dict[str, Any] = {}
@@ -166,6 +166,11 @@ def _grid(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> in
     speeds = {(p, m): simulate(profile, space.config(p, m, base),
                                **{**options, "trace": False}).speed for p, m in space}
     best = max(speeds, key=lambda k: speeds[k])
+    bound = lower_bound(profile, workers=options["workers"], arch=options["arch"],
+                        servers=options["servers"], bandwidth=options["bandwidth"])
+    limit = options["workers"] * profile.batch_size / bound
+    print(f"lower bound {bound * 1e3:.1f} ms/iteration = {limit:.1f} samples/s, the limit for "
+          f"every configuration")
     print(f"speed (samples/s) by partition (rows) and credit multiple (columns); "
           f"* marks the best of {len(space)}")
     width = max(8, len(f"{max(speeds.values()):.1f}") + 2)
