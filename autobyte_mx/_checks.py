@@ -50,7 +50,8 @@ def install_hybridize_check(hybrid_block: Any) -> None:
         return
 
     @functools.wraps(original)
-    def hybridize(self: Any, active: bool = True, **kwargs: Any) -> Any:
+    def hybridize(self: Any, *args: Any, **kwargs: Any) -> Any:
+        active = args[0] if args else kwargs.get("active", True)
         if active and not (kwargs.get("static_alloc") and kwargs.get("static_shape")):
             warnings.warn(
                 f"{type(self).__name__}.hybridize() without static_alloc=True and "
@@ -59,8 +60,8 @@ def install_hybridize_check(hybrid_block: Any) -> None:
                 "hybridize(static_alloc=True, static_shape=True)", OverlapWarning, stacklevel=2)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OverlapWarning)
-                return original(self, active, **kwargs)
-        return original(self, active, **kwargs)
+                return original(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
 
     hybridize._autobyte = True  # type: ignore[attr-defined]
     hybrid_block.hybridize = hybridize

@@ -357,6 +357,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             for tensor in missing:
                 pieces += self._make_pieces(tensor, layout)
             self._native_init(pieces)
+        if layout != self._layout:
+            for tensor in self._tensors.values():  # a pull before the next push sees the sum
+                _carry_over(tensor, self._layout, layout)
         log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
                  config.describe())
         self._config, self._layout = config, layout
@@ -367,8 +370,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         values = encode(rank=self._rank, config=self._config, step=self._step,
                         proposal=self._proposal, head_bytes=head)
         self._proposal = None
-        self._control[:] = mx.nd.array(values)
-        self._kv.pushpull(CONTROL_KEY, self._control)
+        # A fresh array is filled synchronously: an engine write would queue behind compute.
+        self._control = mx.nd.array(values)
+        self._kv.pushpull(CONTROL_KEY, self._control, priority=COMM_PRIORITY)
         self._control_due = True
 
     def _handshake(self) -> None:
@@ -432,6 +436,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _describe(self) -> str:
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
                 f"{self._scheduler.inflight_bytes} bytes in flight")
+
+
+def _carry_over(tensor: Tensor, old: int, new: int) -> None:
+    """Copy the last pulled values from layout ``old``'s buffers into layout ``new``'s."""
+    source = [p.buffer for p in tensor.layouts[old]]
+    flat = source[0] if len(source) == 1 else mx.nd.concat(*source, dim=0)
+    for piece in tensor.layouts[new]:
+        flat[piece.start:piece.stop].copyto(piece.buffer)
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
