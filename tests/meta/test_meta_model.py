@@ -150,3 +150,36 @@ def test_adaptation_reduces_error_on_a_shifted_distribution(model: MetaModel,
     for w, v in zip(enc_before, enc_after, strict=True):
         np.testing.assert_array_equal(w, v)
     assert adapted.info["adapted_on"] == len(seen)
+
+
+def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, data: Dataset,
+                                                           tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from common.config import Config
+
+    job = data.job(1)
+
+    def window(partition: int, credit: int, speed: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            window=0, layer_backward_s=(job.layer_backward_s,), layer_bytes=job.layer_bytes,
+            num_workers=job.workers, arch=job.arch, bandwidth_down=(job.bandwidth_down_bps,),
+            bandwidth_up=(job.bandwidth_up_bps,), model=job.model, speed=speed,
+            step_time_s=job.workers * job.batch_size / speed,
+            config=Config(partition_bytes=partition, credit_bytes=credit))
+
+    rows = np.flatnonzero(data["sample_job"] == 1)
+    windows = [window(int(data["partition_bytes"][r]), int(data["credit_bytes"][r]),
+                      float(data["speed"][r]) / 2) for r in rows]
+    path = tmp_path / "adapted.keras"
+    tuner = MetaTuner(predictor=model, servers=job.servers, adapted_path=path)
+    tuner.observe_window(windows[0])
+    before = tuner.predict([windows[0].config])
+    tuner.adapt(windows)  # returns while the head trains
+    assert tuner.predictor is model  # the old model answers until the new one is ready
+    assert tuner.wait_adaptation(timeout=300)
+    assert tuner.predictor is not model and path.is_file()
+    after = tuner.predict([windows[0].config])
+    assert before is not None and after is not None
+    target = windows[0].speed
+    assert abs(after[0] - target) < abs(before[0] - target)
