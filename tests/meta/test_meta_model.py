@@ -183,3 +183,15 @@ def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, da
     assert before is not None and after is not None
     target = windows[0].speed
     assert abs(after[0] - target) < abs(before[0] - target)
+
+
+def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
+    from common.tuners import create
+
+    shipped = MetaModel.load()
+    assert shipped.info["jobs"] >= 100 and "densenet121" not in shipped.vocabulary
+    holdout = Dataset.load(Path(__file__).parents[2] / "datasets" / "sim_holdout_v1.npz")
+    parts, credits = grid()
+    speeds = shipped.predict(holdout.job(0), parts, credits)
+    assert speeds.shape == (len(parts),) and np.all(np.isfinite(speeds) & (speeds > 0))
+    assert isinstance(create("meta"), MetaTuner)

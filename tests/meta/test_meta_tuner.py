@@ -77,3 +77,20 @@ def test_bad_model_file_falls_back_to_bayesian(tmp_path: Path, content: bytes | 
 def test_registry_builds_a_meta_tuner_with_a_predictor() -> None:
     tuner = create("meta", predictor=FixedPredictor(speed))
     assert isinstance(tuner, MetaTuner)
+
+
+def test_without_keras_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import sys
+
+    from common.errors import FrameworkMissingError
+    from common.meta._model import PRETRAINED, keras_module
+
+    monkeypatch.setitem(sys.modules, "keras", None)  # import keras -> ImportError
+    with pytest.raises(FrameworkMissingError, match=r"pip install 'autobyte\[tf\]'"):
+        keras_module()
+    assert PRETRAINED.is_file()  # the shipped model exists; only Keras is missing
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(create_meta_tuner(), BayesianTuner)
+    assert "Keras 3" in caplog.text and "Bayesian" in caplog.text
