@@ -77,6 +77,8 @@ def _reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
 
 def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
     strategy = self._distribute_strategy
+    if _autobyte(strategy) is not None:
+        _check_jit(self)  # before Keras builds anything: the clearest place to say it
     if strategy is None or iterator is None or not _multi_worker(strategy):
         return _ORIGINALS["maybe_symbolic_build"](self, iterator=iterator,
                                                   data_batch=data_batch)

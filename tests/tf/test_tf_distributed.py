@@ -1,8 +1,9 @@
 """AutoByteStrategy across real processes on TF collectives, against plain MWMS.
 
-Each job runs ``tf_worker.py`` under ``common.launch`` (loopback, TF_CONFIG set by the
-launcher): Keras fit under three configurations (one switched mid-run), evaluate, predict, a
-custom loop with ``strategy.run``, and jit_compile=True refused.
+Each job runs ``tf_worker.py`` under ``common.launch`` (TF_CONFIG set by the launcher; the
+2-worker job on the shaped testbed, the 3-worker one on loopback): Keras fit under three
+configurations (one switched mid-run), evaluate, predict, a custom loop with ``strategy.run``,
+and jit_compile=True refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'autobyte[tf]')")
 
 from common.launch import launch
+from common.testbed import Testbed
 
 pytestmark = [pytest.mark.framework, pytest.mark.distributed]
 
@@ -27,9 +29,14 @@ WORKER = Path(__file__).with_name("tf_worker.py")
 ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def run_job(workers: int) -> list[dict[str, Any]]:
-    result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
-                    workers=workers, env=ENV, stream=None, timeout=240)
+def run_job(workers: int, *, shaped: bool) -> list[dict[str, Any]]:
+    if shaped:  # hosts in network namespaces on a 1gbit switch (loopback when not root)
+        with Testbed(hosts=workers, rate="1gbit") as tb:
+            result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                            workers=workers, env=ENV, stream=None, timeout=240, testbed=tb)
+    else:
+        result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                        workers=workers, env=ENV, stream=None, timeout=240)
     assert result.returncode == 0, {n: p.output[-3000:] for n, p in result.processes.items()}
     out = []
     for name in sorted(result.processes):
@@ -40,9 +47,10 @@ def run_job(workers: int) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_weights_match_plain_mwms(workers: int) -> None:
-    results = run_job(workers)
+@pytest.mark.parametrize(("workers", "shaped"), [(2, True), (3, False)],
+                         ids=["2-workers-testbed", "3-workers-loopback"])
+def test_weights_match_plain_mwms(workers: int, shaped: bool) -> None:
+    results = run_job(workers, shaped=shaped)
     assert [r["rank"] for r in results] == list(range(workers))
     for r in results:
         assert r["workers"] == workers
