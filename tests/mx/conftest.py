@@ -1,6 +1,7 @@
 """Shared helpers for the MXNet adapter tests: run tests/mx/mx_worker.py under common.launch.
 
-Every test here is skipped when MXNet 1.9.1 cannot be imported (the reason says so).
+Every test module calls ``skip_without_mxnet()`` first: without MXNet 1.9.1 its tests are
+skipped with a reason that says so.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autobyte_mx._compat import import_mxnet
 from common.errors import FrameworkMissingError
 from common.launch import LaunchResult, launch
 
-try:
-    import_mxnet()
-except FrameworkMissingError as exc:  # pragma: no cover - depends on the environment
-    pytest.skip(f"MXNet 1.9.1 is not importable: {exc}", allow_module_level=True)
+
+def skip_without_mxnet() -> None:
+    """Skip the calling test module when MXNet 1.9.1 cannot be imported (says why)."""
+    try:
+        import autobyte_mx  # noqa: F401
+    except FrameworkMissingError as exc:  # pragma: no cover - depends on the environment
+        pytest.skip(f"MXNet 1.9.1 is not importable: {exc}", allow_module_level=True)
 
 WORKER = Path(__file__).with_name("mx_worker.py")
 JOB_ENV = {"OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1"}

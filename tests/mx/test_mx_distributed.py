@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NativeRefs, assert_ok, run_job
+from conftest import NativeRefs, assert_ok, run_job, skip_without_mxnet
+
+skip_without_mxnet()
 
 pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
 

@@ -7,13 +7,17 @@ import warnings
 from collections.abc import Hashable, Sequence
 
 import pytest
+from conftest import skip_without_mxnet
 
-from autobyte_mx._control import decode, encode, fingerprint
-from autobyte_mx._plan import PlanItem, plan_order
-from autobyte_mx._sequencer import Entry, Sequencer
 from common.config import Config
 from common.errors import ConfigError, UnsupportedError
 from common.scheduler import Chunk, Scheduler
+
+skip_without_mxnet()
+
+from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
+from autobyte_mx._plan import PlanItem, plan_order  # noqa: E402
+from autobyte_mx._sequencer import Entry, Sequencer  # noqa: E402
 
 # --- plan ----------------------------------------------------------------------------------
 
