@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -75,7 +76,7 @@ def main() -> None:
             return model.network.predict([np.repeat(enc.sequence[None], n, 0),
                                           np.repeat(enc.static[None], n, 0), cand], verbose=0)
 
-        cells = [timed(lambda j=job, m=m: m.predict(j, parts, credits), args.repeat)
+        cells = [timed(functools.partial(m.predict, job, parts, credits), args.repeat)
                  for m in (model, plain)]
         cells.append(timed(naive, max(5, args.repeat // 5)))
         print(f"{name:<12} " + " ".join(f"{m:>6.1f} / {p:>5.1f}" for m, p in cells))
