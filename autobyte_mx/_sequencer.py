@@ -1,11 +1,14 @@
 """Hands a step's tensors to the shared Scheduler in the planned order, as they become ready.
 
-A step's pushpull calls form a *group*. The group closes when every expected key has been
-issued (the Trainer's keys, or the keys of the previous step), at the next step, or after
-``idle_s`` without a new call. Once closed, its tensors get their place in the plan
-(``_plan.plan_order``) and each is passed to ``Scheduler.ready`` only when it is ready *and*
-every tensor before it has been passed. The scheduler's priority key then equals the plan
-position, so every worker admits chunks in the same sequence (see ``_plan`` for why).
+A step's pushpull calls form a *group*. Groups close only at points of the program, which
+every worker reaches in the same order: when every expected key (the Trainer's keys, else the
+previous step's) has been issued, when a key is issued twice or a key outside the expected set
+comes (it gets a group of its own), and at the next step. A timer (``idle_s`` without a call)
+closes groups only while no expected set is known (the first step of plain kvstore use), since
+a timer can cut two workers' groups at different keys. Once closed, its tensors get their
+place in the plan (``_plan.plan_order``) and each is passed to ``Scheduler.ready`` only when
+it is ready *and* every tensor before it has been passed. The scheduler's priority key then
+equals the plan position, so every worker admits chunks in the same sequence (see ``_plan``).
 
 Gates fire on MXNet engine threads; issue and close run on the training thread. The lock
 keeps ``Scheduler.ready`` calls in plan order even when gates fire on several threads.
@@ -90,8 +93,10 @@ class Sequencer:
     def issue(self, entry: Entry) -> Entry:
         """Register ``entry`` (its gates are pushed right after); closes the group if complete."""
         with self._lock:
+            expected = self._expected
+            alone = expected is not None and entry.key not in expected
             group = self._open
-            if group is None or entry.key in group.entries:
+            if group is None or entry.key in group.entries or alone:
                 self._close_locked()
                 group = self._open = _Group(self._step, self._group_in_step)
                 self._group_in_step += 1
@@ -99,11 +104,11 @@ class Sequencer:
             entry.completions = [None] * entry.pieces
             group.entries[entry.key] = entry
             self._last_issue = self._clock()
-            if self._expected is not None and self._expected <= group.entries.keys():
-                self._close_locked()
-            else:
+            if expected is None:
                 self._ensure_closer()
                 self._wake.notify()
+            elif alone or expected <= group.entries.keys():
+                self._close_locked()
         return entry
 
     def close(self) -> None:
@@ -174,7 +179,7 @@ class Sequencer:
         """Close a group nobody completes (keys never pushed again) after ``idle_s``."""
         with self._lock:
             while not self._stop:
-                if self._open is None:
+                if self._open is None or self._expected is not None:
                     self._wake.wait()
                     continue
                 left = self._last_issue + self._idle_s - self._clock()

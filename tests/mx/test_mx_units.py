@@ -126,12 +126,36 @@ def test_sequencer_admits_the_same_sequence_whatever_the_ready_timing() -> None:
         ("l0", 0), ("l0", 1), ("l0", 2)]
 
 
+def test_sequencer_groups_are_cut_at_program_points_only() -> None:
+    """With an expected set, no timer closes a group: an idle pause on one worker must not cut
+    its group differently from the others'. A key outside the set gets a group of its own."""
+    started: list[str] = []
+    sched = Scheduler(Config(), start=lambda c: started.append(c.task.name))
+    seq = Sequencer(sched, plan=lambda es: [e.key for e in reversed(es)], idle_s=0.001)
+    sched.begin_step(1)
+    seq.begin_step(1, frozenset({"a", "b"}))
+    a = seq.issue(Entry("a", "a", 0, 4, 4, 1))
+    seq.gate_fired(a, 0, lambda: None)
+    import time
+
+    time.sleep(0.05)
+    assert started == []  # still open: "b" is expected
+    b = seq.issue(Entry("b", "b", 1, 4, 4, 1))
+    assert started == []  # closed, plan is b then a, b's gate has not fired
+    seq.gate_fired(b, 0, lambda: None)
+    assert started == ["b", "a"]
+    x = seq.issue(Entry("x", "x", 2, 4, 4, 1))
+    seq.gate_fired(x, 0, lambda: None)
+    assert started == ["b", "a", "x"]
+    seq.stop()
+
+
 def test_sequencer_closes_a_group_that_is_never_completed() -> None:
     started: list[str] = []
     sched = Scheduler(Config(), start=lambda c: started.append(c.task.name))
     seq = Sequencer(sched, plan=lambda es: [e.key for e in es], idle_s=0.01)
     sched.begin_step(1)
-    seq.begin_step(1, frozenset({"a", "b"}))  # "b" never comes
+    seq.begin_step(1, None)  # plain kvstore use, first step: no expected set yet
     entry = seq.issue(Entry("a", "a", 0, 4, 4, 1))
     seq.gate_fired(entry, 0, lambda: None)
     import time
