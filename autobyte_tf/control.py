@@ -72,6 +72,8 @@ class Controller:
         self._resample = False
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
+        self.generation = 0  # bumped whenever plans change; step functions rebuild on it
+        self._owner: object | None = None
 
     # -- what the cross-device op asks while tracing ------------------------------------------
     @property
@@ -119,7 +121,12 @@ class Controller:
             raise TypeError(f"reconfigure needs a common.config.Config, got {config!r}")
         self._pending = config
 
-    def begin(self) -> _Step:
+    def begin(self, owner: object | None = None) -> _Step:
+        """Start a step of ``owner`` (a step function). A new owner (another model) starts
+        its own measurements; every worker sees the same owners in the same order."""
+        if owner is not self._owner:
+            self._owner = owner
+            self._main, self._local_times, self._times_sent = None, None, False
         rebuild = False
         if self.step > 0 and self.step % self._config.window_steps == 0:
             rebuild = self._agree()
@@ -183,6 +190,7 @@ class Controller:
             rebuild = True
         if rebuild:
             self._plans.clear()
+            self.generation += 1
         return rebuild
 
 
@@ -205,12 +213,14 @@ class SteppedFunction:
         self._samples = samples
         self._can_sample = can_sample
         self._fns: dict[bool, Callable[..., Any]] = {}
+        self._generation = controller.generation
         self._count = samples()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        step = self._controller.begin()
-        if step.rebuild:
-            self._fns.clear()
+        step = self._controller.begin(self)
+        if self._generation != self._controller.generation:  # also a switch made for another
+            self._fns.clear()                                 # function of this strategy
+            self._generation = self._controller.generation
         sample = step.sample and self._can_sample()
         fn = self._fns.get(sample)
         if fn is None:

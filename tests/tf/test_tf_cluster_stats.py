@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 
 from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
-from autobyte_tf.control import Controller
+from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.planning import TensorInfo
 from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
 from common.config import Config
@@ -136,3 +137,26 @@ def test_reconfigure_needs_a_config() -> None:
                    broadcast=lambda v: v)
     with pytest.raises(TypeError, match="Config"):
         c.reconfigure({"partition_bytes": 4096})  # type: ignore[arg-type]
+
+
+def test_every_step_function_rebuilds_after_a_switch_made_by_another() -> None:
+    c = Controller(config=Config(window_steps=2), rank=0, workers=1, bandwidth=1e9,
+                   broadcast=lambda v: v)
+    builds = {"a": 0, "b": 0}
+
+    def builder(name: str) -> Any:
+        def build() -> Any:
+            builds[name] += 1
+            return lambda: name
+        return build
+
+    a = SteppedFunction(c, builder("a"), lambda: 0, can_sample=lambda: False)
+    b = SteppedFunction(c, builder("b"), lambda: 0, can_sample=lambda: False)
+    assert [a(), a(), b()] == ["a", "a", "b"]
+    assert builds == {"a": 1, "b": 1}
+    c.reconfigure(Config(partition_bytes=8192, credit_bytes=8192))
+    a()  # step 3: no agreement yet
+    a()  # step 4: the switch, a rebuilds
+    assert c.config.partition_bytes == 8192 and builds["a"] == 2
+    b()
+    assert builds["b"] == 2
