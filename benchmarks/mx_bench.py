@@ -12,7 +12,10 @@ can train them (see MODELS); inputs are 32x32 (ResNet, VGG) or 64x64 (AlexNet), 
 Prints one table: median step time per job (of --steps after --warmup) and the ratios.
 
     sudo .venv/bin/python benchmarks/mx_bench.py [--models resnet18s,vgg16s,alexnets]
-        [--rates 100mbit,1gbit] [--steps 12] [--warmup 3] [--batch 16] [--rounds 1]
+        [--rates 100mbit,1gbit] [--steps 8] [--warmup 2] [--batch 16] [--rounds 1]
+
+MXBENCH_DUMP=1 makes AutoByte workers print one step's statistics (plan head, gradient-ready
+times, chunk timeline) for diagnosis.
 """
 
 from __future__ import annotations
@@ -195,10 +198,10 @@ def main() -> int:
     ap.add_argument("--credit", default="2MiB", help=argparse.SUPPRESS)
     ap.add_argument("--models", default="resnet18s,vgg16s,alexnets")
     ap.add_argument("--rates", default="100mbit,1gbit")
-    ap.add_argument("--config", default="100mbit=256KiB:1MiB,1gbit=1MiB:4MiB",
+    ap.add_argument("--config", default="100mbit=128KiB:1MiB,1gbit=512KiB:4MiB",
                     help="AutoByte's fixed configuration per rate: RATE=PARTITION:CREDIT,...")
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600)
