@@ -10,6 +10,8 @@ For adapter authors, the whole API on each worker::
     agent.record_step(step, samples, step_time_s, layer_backward_s=times_or_None,
                       bytes_up=sent, bytes_down=received)
     decision = agent.poll()                # Decision(id, step, config) or None; never blocks
+    # (or, where the adapter agrees at its own boundaries: config = agent.due(step), rank 0
+    # broadcasts it)
     # ... agree on (decision.id, decision.step, decision.config) through the adapter's own
     # channel, switch at decision.step on every worker, then:
     agent.set_config(decision.config, step=decision.step)   # or agent.applied(decision)

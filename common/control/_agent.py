@@ -61,6 +61,7 @@ class TuningAgent:
         self._config = config
         self._inbox: collections.deque[Decision] = collections.deque()
         self._seen: tuple[str, int] = ("", 0)
+        self._due: Decision | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
@@ -81,10 +82,11 @@ class TuningAgent:
         host = (rank == 0 and not external) if host_coordinator is None else host_coordinator
         if endpoint is None:
             if not (host and num_workers == 1):
-                raise ConfigError(
+                self._disable(
                     f"the coordinator's address is unknown: pass endpoint= (e.g. "
                     f"'tcp://<rank 0 host>:5599'), or set {CONTROL_ENDPOINT_ENV} (rank 0 hosts "
                     f"it; `autobyte launch` sets it) or {COORDINATOR_ENV} (a standalone one)")
+                return
             endpoint = "tcp://127.0.0.1:*"
         key = secret.encode() if isinstance(secret, str) else secret
         key = key or secret_from_env(env)
@@ -147,12 +149,14 @@ class TuningAgent:
 
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
-                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0) -> None:
-        """Every step, on the training thread; costs microseconds (benchmarks/stats_bench.py)."""
+                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
+                    warmup: bool = False) -> None:
+        """Every step, on the training thread; costs microseconds (benchmarks/stats_bench.py).
+        ``warmup``: the step traced or compiled; it is counted apart from the speed."""
         self.last_step = step
         self._collector.record_step(step, samples, step_time_s,
                                     layer_backward_s=layer_backward_s, bytes_up=bytes_up,
-                                    bytes_down=bytes_down, comm_s=comm_s)
+                                    bytes_down=bytes_down, comm_s=comm_s, warmup=warmup)
 
     def poll(self) -> Decision | None:
         """The newest decision not returned before, or None. Never blocks."""
@@ -166,6 +170,23 @@ class TuningAgent:
                         "(the adapters' own agreement decides)", decision.id, decision.step,
                         self.last_step)
         return decision
+
+    def due(self, step: int) -> Config | None:
+        """For adapters that agree through their own channel: the configuration of the newest
+        decision whose step is ``step`` or earlier (a later one waits here), else None.
+
+        Call it on every rank just before the adapter's agreement for ``step``; rank 0's answer
+        is what the adapter broadcasts. A decision heard too late still applies, one agreement
+        later, at the same step on every worker.
+        """
+        decision = self.poll()
+        if decision is not None:
+            self._due = decision
+        pending = self._due
+        if pending is None or pending.step > step:
+            return None
+        self._due = None
+        return None if pending.config == self._config else pending.config
 
     def set_config(self, config: Config, *, step: int) -> None:
         """The adapter switched to ``config`` from ``step`` on: new windows measure it."""

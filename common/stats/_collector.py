@@ -99,12 +99,15 @@ class StatsCollector:
 
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
-                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0) -> None:
+                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
+                    warmup: bool = False) -> None:
         """One finished step on this worker. Cheap: a few additions, no allocation.
 
         layer_backward_s: backward time per layer in forward order, on steps the adapter
             sampled (None otherwise). bytes_up/bytes_down: bytes this worker sent/received
             in the step. comm_s: time its links were busy, if known (gives truer B_u/B_d).
+        warmup: the adapter knows this step is not steady state (it traced or compiled):
+            counted apart like the warm-up after a change, left out of the speed.
         """
         bucket = step // self._window_steps
         if bucket != self._bucket:
@@ -115,8 +118,8 @@ class StatsCollector:
             self._first = step
             self._wall = time.time()
         self._last = step
-        if self._warmup_left > 0:
-            self._warmup_left -= 1
+        if warmup or self._warmup_left > 0:
+            self._warmup_left = max(0, self._warmup_left - 1)
             self._warm += 1
         else:
             self._steps += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.config import Config
-from common.control import Coordinator, TuningAgent
+from common.control import Coordinator, Decision, TuningAgent
 from common.control.testing import ScriptedTuner
 from common.decision_log import read_log
 from common.errors import ConfigError, ControlError
@@ -70,9 +71,28 @@ def test_single_worker_agent_hosts_and_tunes_in_process(tmp_path: Path) -> None:
     assert not _threads()
 
 
-def test_agent_needs_an_endpoint_for_several_workers() -> None:
-    with pytest.raises(ConfigError, match="AUTOBYTE_COORDINATOR"):
-        TuningAgent(rank=1, num_workers=2, config=Config(), environ={"AUTOBYTE_SECRET": "x"})
+def test_agent_without_an_endpoint_trains_untuned_and_says_how_to_fix_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        agent = TuningAgent(rank=1, num_workers=2, config=Config(),
+                            environ={"AUTOBYTE_SECRET": "x"})
+    assert not agent.enabled and "AUTOBYTE_COORDINATOR" in agent.why_disabled
+    assert "AUTOBYTE_CONTROL_ENDPOINT" in caplog.text
+    agent.record_step(0, 1, 0.1)
+    assert agent.poll() is None and agent.due(10) is None
+    agent.close()
+
+
+def test_due_holds_a_decision_until_its_step_and_skips_the_config_in_force() -> None:
+    agent = TuningAgent(rank=1, num_workers=2, config=Config(tuner="none"), environ={})
+    fast = Config(partition_bytes="256KiB", credit_bytes="1MiB", tuner="none")
+    agent._on_decision(Decision(id=1, step=20, config=fast, session="s"))
+    assert agent.due(10) is None          # not yet: it waits for its step
+    assert agent.due(20) == fast and agent.due(30) is None  # returned once
+    agent.set_config(fast, step=20)
+    agent._on_decision(Decision(id=2, step=30, config=fast, session="s"))
+    assert agent.due(30) is None          # already in force: nothing to switch
+    agent.close()
 
 
 def test_tuner_none_collects_without_sockets() -> None:

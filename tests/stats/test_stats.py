@@ -165,3 +165,13 @@ def test_bad_numbers_from_the_adapter_drop_a_window_not_the_job() -> None:
     c.record_step(3, 1, 0.1)
     assert [w.first_step for w in out] == [2]
     assert out[0].layer_backward_s == () and out[0].layer_steps == 1
+
+
+def test_a_step_the_adapter_marks_as_warmup_is_left_out_of_the_speed() -> None:
+    out: list[Window] = []
+    c = StatsCollector(rank=0, num_workers=1, config=Config(window_steps=4),
+                       warmup_after_change=0, on_window=out.append)
+    for s, (dt, traced) in enumerate([(3.0, True), (1.0, False), (2.5, True), (1.0, False)]):
+        c.record_step(s, 8, dt, warmup=traced)
+    (w,) = out
+    assert (w.steps, w.warmup_steps, w.elapsed_s, w.samples) == (2, 2, 2.0, 16)
