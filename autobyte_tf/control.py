@@ -27,8 +27,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autobyte_tf.planning import Plan, TensorInfo, make_plan
-from autobyte_tf.stats import StepRecorder, backward_times
+from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
 from common.config import Config
+from common.control import TuningAgent
 
 __all__ = ["Controller", "SteppedFunction"]
 
@@ -47,12 +48,13 @@ class Controller:
     """Holds the configuration in force, plans per call signature, and the step protocol.
 
     ``broadcast`` sends rank 0's float64 vector to every worker (a collective); it is called at
-    the same steps on every worker with vectors of the same length.
+    the same steps on every worker with vectors of the same length. ``agent`` (live tuning)
+    is fed every step and asked at each agreement step for a decision that has come due.
     """
 
     def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
                  broadcast: Callable[[NDArray[Any]], NDArray[Any]],
-                 sample_every: int | None = None) -> None:
+                 sample_every: int | None = None, agent: TuningAgent | None = None) -> None:
         self._config = config
         self._pending: Config | None = None
         self.rank, self.workers = rank, workers
@@ -73,6 +75,8 @@ class Controller:
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
         self.generation = 0  # bumped whenever plans change; step functions rebuild on it
+        self.agent = agent
+        self._wire_bytes = 0  # bytes this worker sends per step for the gradients
         self._owner: object | None = None
 
     # -- what the cross-device op asks while tracing ------------------------------------------
@@ -94,7 +98,11 @@ class Controller:
         self._traced = True
         if self._main is None or _bytes(tensors) > _bytes(self._main):
             self._main = tensors
-            self.recorder.set_layers([t.name for t in tensors], [t.nbytes for t in tensors])
+            nbytes = [t.nbytes for t in tensors]
+            self.recorder.set_layers([t.name for t in tensors], nbytes)
+            self._wire_bytes = ring_bytes(sum(nbytes), self.workers)
+            if self.agent is not None:
+                self.agent.set_layer_bytes(nbytes)
         times = self._times.get(tensors)
         key = (tensors, times is not None)
         plan = self._plans.get(key)
@@ -129,6 +137,10 @@ class Controller:
             self._main, self._local_times, self._times_sent = None, None, False
         rebuild = False
         if self.step > 0 and self.step % self._config.window_steps == 0:
+            if self.agent is not None:
+                due = self.agent.due(self.step)
+                if due is not None and self._pending is None:  # an explicit request wins
+                    self._pending = due
             rebuild = self._agree()
         sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
         self._traced = False
@@ -149,13 +161,18 @@ class Controller:
         traced = self._traced
         self.recorder.record_step(seconds, samples, traced=traced)
         self._resample = step.sample and traced  # a tracing step's times are not steady state
+        layer_times = None
         if step.sample and not traced and self._main is not None:
             ready = self._ready.get(self._main)
             if ready is not None and not math.isnan(self._start) and \
                     not any(math.isnan(x) for x in ready):
                 relative = [x - self._start for x in ready]
                 self.recorder.record_ready(relative)
-                self._local_times = tuple(backward_times(relative))
+                layer_times = self._local_times = tuple(backward_times(relative))
+        if self.agent is not None:
+            self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
+                                   bytes_up=self._wire_bytes, bytes_down=self._wire_bytes,
+                                   warmup=traced)
         self.step += 1
 
     def _agree(self) -> bool:
@@ -184,6 +201,8 @@ class Controller:
                 log.info("step %d: AutoByte switches to %s", self.step, new.describe())
                 self._config = new
                 rebuild = True
+                if self.agent is not None:
+                    self.agent.set_config(new, step=self.step)
         if vector[4] == 1.0 and self._main is not None:
             self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
             self._times_sent = True

@@ -5,7 +5,12 @@
         model = build_model(); model.compile(...)
     model.fit(dataset, ...)
     strategy.reconfigure(partition_bytes="512KiB", credit_bytes="2MiB")   # live, all workers
-    strategy.statistics()                                                 # for the tuner
+    strategy.statistics()                                                 # what it measured
+
+Live tuning is on by default (``tuner="meta"``; ``tuner="none"`` or AUTOBYTE_TUNER=none turns
+it off): every worker reports its statistics windows to the coordinator (``common.control``;
+rank 0 hosts it where ``autobyte launch`` set AUTOBYTE_CONTROL_ENDPOINT), and rank 0 puts the
+coordinator's decisions into the step agreement, so every worker switches at the same step.
 
 Everything else is MWMS's: variables, datasets, checkpoints, the collective runtime. Only the
 cross-device op is replaced (``cross_device_ops``), Keras 3 is made to work under MWMS
@@ -32,6 +37,7 @@ from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.cross_device_ops import AutoByteAllReduce, after
 from autobyte_tf.stats import TrainingStats
 from common.config import Config
+from common.control import TuningAgent
 from common.errors import ConfigError
 from common.units import parse_rate
 
@@ -54,10 +60,14 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
     keywords > ``AUTOBYTE_*`` environment > defaults. ``bandwidth`` (bits/s per worker link,
     e.g. "10gbit") only shapes the simulated plan. ``sync_timeout`` (s) bounds the step
     agreement collective, so a lost worker is reported instead of hanging forever.
+    ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models
+    are judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords
+    (e.g. ``endpoint``, ``decision_log``, ``lead_s``).
     """
 
     def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,
                  sample_every: int | None = None, sync_timeout: float = 300.0,
+                 model_name: str = "unknown", tuning: dict[str, Any] | None = None,
                  cluster_resolver: Any = None, communication_options: Any = None,
                  **options: Any) -> None:
         resolved = _resolve_config(config, options)
@@ -85,10 +95,12 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         with tf.init_scope(), tf.device(self._worker_device):
             self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="autobyte_samples")
+        self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
+                                  model=model_name, arch="allreduce", **(tuning or {}))
         self._controller = Controller(
             config=resolved, rank=rank, workers=workers, bandwidth=rate,
             broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),
-            sample_every=sample_every)
+            sample_every=sample_every, agent=self._agent)
         self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
@@ -131,6 +143,15 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         else:
             new = config
         self._controller.reconfigure(new)
+
+    @property
+    def tuning(self) -> TuningAgent:
+        """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
+        return self._agent
+
+    def close(self) -> None:
+        """Stop live tuning (its threads are daemons and this also runs at exit)."""
+        self._agent.close()
 
     def statistics(self) -> TrainingStats:
         """Step time, samples/s, bytes/s and sampled per-layer gradient-ready times."""

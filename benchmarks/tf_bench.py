@@ -146,7 +146,8 @@ def orchestrate(args: argparse.Namespace) -> int:
         with Testbed(hosts=2, rate=rate) as tb:
             result = launch(framework="tensorflow", command=argv, workers=2, testbed=tb,
                             timeout=args.timeout, stream=None,
-                            env={"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                            env={"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                                 "AUTOBYTE_TUNER": "none"})  # fixed configurations
             shaped = tb.shaped
         if result.returncode != 0:
             for name, proc in result.processes.items():

@@ -15,7 +15,9 @@ from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.planning import TensorInfo
 from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
 from common.config import Config
+from common.control import Decision, TuningAgent
 from common.errors import ConfigError
+from common.stats import Window
 
 
 def tf_config(workers: list[str], index: int = 0, kind: str = "worker") -> dict[str, str]:
@@ -160,3 +162,61 @@ def test_every_step_function_rebuilds_after_a_switch_made_by_another() -> None:
     assert c.config.partition_bytes == 8192 and builds["a"] == 2
     b()
     assert builds["b"] == 2
+
+
+def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_follow() -> None:
+    """The coordinator's decision, heard by rank 0's agent, enters the agreement at its step;
+    both agents learn the switch and their windows carry the steps, bytes and layer times."""
+    sent: list[NDArray[np.float64]] = []
+    windows: dict[int, list[Window]] = {0: [], 1: []}
+    base = Config(partition_bytes=4096, credit_bytes=8192, window_steps=2, tuner="none")
+
+    def make(rank: int) -> Controller:
+        def broadcast(vector: NDArray[np.float64]) -> NDArray[np.float64]:
+            if rank == 0:
+                sent.append(vector.copy())
+                return vector
+            return sent[-1]
+        agent = TuningAgent(rank=rank, num_workers=2, config=base, environ={})
+        agent._collector._on_window = windows[rank].append
+        return Controller(config=base, rank=rank, workers=2, bandwidth=1e9,
+                          broadcast=broadcast, agent=agent)
+
+    workers = [make(0), make(1)]
+    fast = base.replace(partition_bytes=16384, credit_bytes=32768)
+    assert workers[0].agent is not None
+    workers[0].agent._on_decision(Decision(id=1, step=4, config=fast, session="s"))
+    run_steps(workers, 4)  # step 2 agrees too, but the decision is for step 4
+    assert [c.config for c in workers] == [base, base]
+    rebuilds = run_steps(workers, 2)
+    assert rebuilds[0] == [True, True]
+    for c in workers:
+        assert c.config == fast and c.agent is not None and c.agent.config == fast
+    for rank in (0, 1):
+        got = [(w.first_step, w.config.partition_bytes) for w in windows[rank]]
+        assert got == [(0, 4096), (2, 4096), (4, 16384)]
+        assert windows[rank][0].bytes_up == ring_bytes(12288, 2) * 2
+        assert any(w.layer_backward_s for w in windows[rank])
+        assert all(len(w.layer_bytes) == 2 for w in windows[rank])
+    for c in workers:
+        assert c.agent is not None
+        c.agent.close()
+
+
+def test_a_step_that_traced_is_warmup_for_the_tuner() -> None:
+    windows: list[Window] = []
+    agent = TuningAgent(rank=0, num_workers=1, config=Config(window_steps=3, tuner="none"),
+                        environ={})
+    agent._collector._on_window = windows.append
+    c = Controller(config=agent.config, rank=0, workers=1, bandwidth=1e9,
+                   broadcast=lambda v: v, agent=agent)
+    infos = (TensorInfo("t0", 8192, 4),)
+    for seconds in (5.0, 0.1, 0.1):
+        step = c.begin()
+        c.plan_for(infos)  # marks the step as traced
+        if seconds < 1:
+            c._traced = False
+        c.end(step, seconds, 8)
+    (w,) = windows
+    assert (w.steps, w.warmup_steps) == (2, 1) and w.elapsed_s == pytest.approx(0.2)
+    agent.close()

@@ -26,7 +26,8 @@ from common.testbed import Testbed
 pytestmark = [pytest.mark.framework, pytest.mark.distributed]
 
 WORKER = Path(__file__).with_name("tf_worker.py")
-ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+# Fixed configurations (and switches the test asks for): no live tuner.
+ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "AUTOBYTE_TUNER": "none"}
 
 
 def run_job(workers: int, *, shaped: bool) -> list[dict[str, Any]]:
