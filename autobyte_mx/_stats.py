@@ -2,14 +2,17 @@
 
 Timestamps come for free from the scheduler (each Chunk carries t_ready/t_start/t_done) and
 from the gates (Entry.t_ready), so collecting costs only the bookkeeping done here, which is
-timed and reported with every step as ``stats_s``.
+timed and reported with every step as ``stats_s``. ``finished`` hands the live-tuning feed each
+complete step once, as the raw record (no per-chunk objects); ``drain`` builds the full
+``StepStats`` of the steps finished since its last call (the last ``_KEEP_STEPS``) on demand.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +21,7 @@ from common.config import Config
 __all__ = ["ChunkTiming", "StepRecorder", "StepStats"]
 
 _KEEP_STEPS = 1000
+_STALL_STEPS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,17 @@ class _Open:
     raw: list[tuple[str, int, int, int, float, float, float]] = field(default_factory=list)
     ready: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
+    nbytes: int = 0
+    done: float = 0.0  # when the step's last chunk finished (0.0: no chunk)
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None and len(self.raw) >= self.issued
+
+    @property
+    def duration_s(self) -> float:
+        assert self.end is not None
+        return self.end - self.start
 
 
 class StepRecorder:
@@ -82,14 +97,18 @@ class StepRecorder:
         self._clock = clock
         self._lock = threading.Lock()
         self._open: dict[int, _Open] = {}
+        self._done: collections.deque[_Open] = collections.deque(maxlen=_KEEP_STEPS)
         self._last: _Open | None = None
+        self._handed = -1  # newest step returned by ``finished``
         self.total_cost_s = 0.0
 
-    def begin_step(self, step: int, config: Config, samples: int | None) -> None:
+    def begin_step(self, step: int, config: Config, samples: int | None, *,
+                   at: float | None = None) -> None:
+        """Step ``step`` begins (and the previous one ends) now, or at ``at`` (clock time)."""
         t0 = self._clock()
         with self._lock:
             if self._last is not None:
-                self._last.end = t0
+                self._last.end = t0 if at is None else at
             rec = self._last = self._open[step] = _Open(step, t0, config, samples)
             if len(self._open) > _KEEP_STEPS:
                 self._open.pop(min(self._open))
@@ -109,22 +128,77 @@ class StepRecorder:
             if rec is None:
                 return
             rec.raw.append((tensor, index, position, nbytes, ready, start, done))
+            rec.nbytes += nbytes
+            if done > rec.done:
+                rec.done = done
             if tensor not in rec.ready or ready < rec.ready[tensor]:
                 rec.ready[tensor] = ready
             rec.cost += self._clock() - t0
+
+    def chunks(self, rows: Iterable[tuple[int, str, int, int, int, float, float, float]]
+               ) -> None:
+        """Many ``chunk`` calls under one lock: (step, tensor, index, position, nbytes, ready,
+        start, done) each."""
+        t0 = self._clock()
+        with self._lock:
+            rec: _Open | None = None
+            for step, tensor, index, position, nbytes, ready, start, done in rows:
+                if rec is None or rec.step != step:
+                    rec = self._open.get(step)
+                    if rec is None:
+                        continue
+                rec.raw.append((tensor, index, position, nbytes, ready, start, done))
+                rec.nbytes += nbytes
+                if done > rec.done:
+                    rec.done = done
+                if ready < rec.ready.get(tensor, float("inf")):
+                    rec.ready[tensor] = ready
+            spent = self._clock() - t0
+            if rec is not None:
+                rec.cost += spent
+            else:
+                self.total_cost_s += spent
+
+    def finished(self) -> list[_Open]:
+        """Steps that became complete since the last call, oldest first, each once (they stay
+        available to ``drain``). Steps come in order: the oldest incomplete step holds the
+        later ones back, unless it is ``_STALL_STEPS`` behind (a chunk record was lost); it is
+        then passed over for good."""
+        out: list[_Open] = []
+        with self._lock:
+            newest = self._last.step if self._last is not None else 0
+            for step in sorted(self._open):
+                rec = self._open[step]
+                if not rec.complete:
+                    if newest - step > _STALL_STEPS:
+                        continue
+                    break
+                del self._open[step]
+                self._done.append(rec)
+                self.total_cost_s += rec.cost
+                if step > self._handed:
+                    self._handed = step
+                    out.append(rec)
+        return out
+
+    def add_cost(self, seconds: float) -> None:
+        """Time spent elsewhere on statistics (the tuning feed), for ``total_cost_s``."""
+        self.total_cost_s += seconds
 
     def drain(self) -> list[StepStats]:
         t0 = self._clock()
         out: list[StepStats] = []
         with self._lock:
+            records = list(self._done)
+            self._done.clear()
             for step in sorted(self._open):
                 rec = self._open[step]
-                if rec.end is None or len(rec.raw) < rec.issued:
-                    continue
-                del self._open[step]
-                out.append(self._build(rec))
-            spent = self._clock() - t0
-            self.total_cost_s += spent + sum(s.stats_s for s in out)
+                if rec.complete:
+                    del self._open[step]
+                    records.append(rec)
+                    self.total_cost_s += rec.cost
+            out = [self._build(rec) for rec in sorted(records, key=lambda r: r.step)]
+            self.total_cost_s += self._clock() - t0
         return out
 
     @staticmethod
@@ -133,10 +207,8 @@ class StepRecorder:
         raw = sorted(rec.raw, key=lambda x: (x[5], x[2], x[1]))  # start order, ties by plan
         chunks = tuple(ChunkTiming(n, i, p, b, r - t0, s - t0, d - t0)
                        for n, i, p, b, r, s, d in raw)
-        moved = sum(c.nbytes for c in chunks)
-        assert rec.end is not None
-        duration = rec.end - rec.start
+        duration = rec.duration_s
         speed = rec.samples / duration if rec.samples and duration > 0 else None
         return StepStats(rec.step, rec.config, duration, rec.samples, speed,
                          {n: r - t0 for n, r in sorted(rec.ready.items(), key=lambda x: x[1])},
-                         chunks, moved, moved, rec.cost)
+                         chunks, rec.nbytes, rec.nbytes, rec.cost)

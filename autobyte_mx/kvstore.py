@@ -16,9 +16,10 @@ import atexit
 import functools
 import logging
 import os
+import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import mxnet as mx
@@ -33,8 +34,10 @@ from autobyte_mx._pace import Pace
 from autobyte_mx._plan import PlanItem, plan_order
 from autobyte_mx._sequencer import Entry, Sequencer
 from autobyte_mx._stats import StepRecorder, StepStats
+from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.config import Config
+from common.control import TuningAgent
 from common.errors import ConfigError, UnsupportedError
 from common.scheduler import Chunk, Scheduler
 
@@ -46,6 +49,11 @@ DEFAULT_TIMEOUT_S = 300.0
 # Engine priority of an admitted chunk's push/pull: the scheduler has already chosen the order,
 # so once a gate opens the transfer should not wait behind queued compute on the CPU worker.
 COMM_PRIORITY = 1 << 20
+# Python only queues work for MXNet's engine; a loop that never waits on a result would queue
+# steps without bound (and hear every tuning decision tens of steps late). A step's first
+# pushpull waits until the communication of the step this many before it has finished, which
+# never stalls the engine: the step in between is still queued.
+RUN_AHEAD_STEPS = 2
 
 
 def _layout_of(config: Config) -> int:
@@ -58,10 +66,15 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     Options are ``common.config.Config`` fields (keyword > AUTOBYTE_* > default), or a whole
     ``config``. ``timeout`` (s, default AUTOBYTE_TIMEOUT or 300) bounds a communication stall.
+    ``model`` names the model for the tuner's features ("resnet50", ...; unknown models are
+    judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
+    ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
+    ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off.
     """
 
     def __init__(self, *, config: Config | None = None, base: str = "dist_sync",
-                 timeout: float | None = None, **options: Any) -> None:
+                 timeout: float | None = None, model: str | None = None,
+                 tuning: Mapping[str, Any] | None = None, **options: Any) -> None:
         if base != "dist_sync":
             raise UnsupportedError(f"AutoByte schedules synchronous training only: base must be "
                                    f"'dist_sync', got base={base!r} (async kvstores apply "
@@ -69,10 +82,22 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if config is not None and options:
             raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
         self._config = config if config is not None else Config.from_env(**options)
+        agent_options = dict(tuning or {})
+        taken = sorted(set(agent_options) & {"rank", "num_workers", "config", "model", "arch"})
+        if taken:
+            raise ConfigError(f"tuning= must not set {taken}: AutoByte sets them (give the "
+                              "model name as model=)")
         check_environment()
         self._kv = mx.kv.create(base)
         self._rank: int = self._kv.rank
         self._num_workers: int = self._kv.num_workers
+        # Before the first control exchange: rank 0 may host the coordinator (and load the
+        # meta-network), which the other workers wait for in that exchange.
+        self._agent = TuningAgent(rank=self._rank, num_workers=self._num_workers,
+                                  config=self._config, model=model or "unknown", arch="ps",
+                                  **agent_options)
+        self._tuning = Tuning(self._agent, self._config)
+        self._layers_changed = True
         self._scheduler = Scheduler(self._config, start=self._start_chunk)
         self._sequencer = Sequencer(self._scheduler, plan=self._plan)
         self._recorder = StepRecorder()
@@ -89,6 +114,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._control_due = False
         self._batch: int | None = None
         self._pace = Pace()
+        self._unfinished: dict[int, int] = {}  # step -> pieces issued and not yet finished
+        self._progress = threading.Condition(threading.Lock())
         self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
         atexit.register(_close_at_exit, weakref.ref(self))
         log.info("AutoByte kvstore: rank %d of %d, %s", self._rank, self._num_workers,
@@ -163,16 +190,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """
         self._forward = {str(n): i for i, n in enumerate(names)}
         self._assign_layers()
+        self._layers_changed = True
+
+    @property
+    def tuning(self) -> TuningAgent:
+        """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
+        return self._agent
 
     def step_stats(self) -> list[StepStats]:
-        """Statistics of the steps finished since the last call (oldest first)."""
-        for chunk in self._scheduler.drain_trace():
-            entry = chunk.task.payload
-            assert chunk.t_ready is not None and chunk.t_start is not None
-            assert chunk.t_done is not None and isinstance(entry, Entry)
-            t_ready = entry.t_ready if entry.t_ready is not None else chunk.t_ready
-            self._recorder.chunk(chunk.step, entry.name, chunk.index, chunk.task.layer,
-                                 chunk.nbytes, t_ready, chunk.t_start, chunk.t_done)
+        """Statistics of the steps finished since the last call (oldest first; at most the
+        last 1000)."""
+        self._collect()
         return self._recorder.drain()
 
     @property
@@ -193,6 +221,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._sequencer.stop()
             self._kv = None
         self._watchdog.close()
+        self._agent.close()  # after the final barrier: no worker is still training
 
     # -- called by the Trainer hook ----------------------------------------------------------
     def attach_trainer(self, *, names: Sequence[str], forward: Sequence[str],
@@ -201,6 +230,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         the keys pushed every step (grad_req != 'null')."""
         self._names = list(names)
         self._expected = frozenset(active)
+        self._layers_changed = True
         self.set_layer_order(forward)
 
     def note_batch(self, batch_size: int) -> None:
@@ -221,6 +251,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 view.copyto(piece.buffer)
             pieces += new
         self._assign_layers()
+        self._layers_changed = True
         self._native_init(pieces)
 
     def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
@@ -278,6 +309,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             view.copyto(piece.buffer)
         sub_keys, buffers = [p.sub_key for p in pieces], [p.buffer for p in pieces]
         self._recorder.issued(self._step, len(pieces))
+        with self._progress:
+            self._unfinished[self._step] = self._unfinished.get(self._step, 0) + len(pieces)
         if self._config.scheduling:
             entry = self._sequencer.issue(Entry(key, tensor.name, tensor.layer, tensor.nbytes,
                                                 tensor.itemsize, len(pieces)))
@@ -315,11 +348,30 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         chunk = entry.chunks[index]
         self._pace.finished(chunk.nbytes)
         self._scheduler.done(chunk)
+        self._piece_done(chunk.step)
 
     def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int) -> None:
         self._watchdog.finished()
         now = self._recorder_clock()
         self._recorder.chunk(step, tensor.name, 0, position, tensor.nbytes, t0, t0, now)
+        self._piece_done(step)
+
+    def _piece_done(self, step: int) -> None:
+        with self._progress:
+            left = self._unfinished.get(step, 0) - 1
+            if left > 0:
+                self._unfinished[step] = left
+            else:
+                self._unfinished.pop(step, None)
+                self._progress.notify_all()
+
+    def _wait_for_step(self, step: int) -> None:
+        """Block until every piece issued in ``step`` or before has finished."""
+        with self._progress:
+            if not any(s <= step for s in self._unfinished):
+                return
+        with self._watchdog.blocking(f"step {step}'s communication"), self._progress:
+            self._progress.wait_for(lambda: not any(s <= step for s in self._unfinished))
 
     @staticmethod
     def _recorder_clock() -> float:
@@ -328,6 +380,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     # -- internals: steps and reconfiguration ------------------------------------------------
     def _new_step(self) -> None:
         self._sequencer.close()
+        self._wait_for_step(self._step + 1 - RUN_AHEAD_STEPS)
+        new = None
         if self._control_due:
             with self._watchdog.blocking("the control key"):
                 summed = [float(x) for x in self._control.asnumpy()]
@@ -336,8 +390,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             if message.head_bytes is not None:
                 self._head_bytes = message.head_bytes
             new = message.apply_to(self._config)
-            if new is not None:
-                self._apply(new)
+        # The previous step ends here: a switch's set-up (new keys) counts in the new
+        # configuration's first step, which the statistics collector treats as warm-up.
+        boundary = self._recorder_clock()
+        if new is not None:
+            self._apply(new)
         expected = self._expected
         if expected is None and self._issued:
             expected = frozenset(self._issued)
@@ -345,8 +402,34 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._issued = set()
         self._scheduler.begin_step(self._step)
         self._sequencer.begin_step(self._step, expected)
-        self._recorder.begin_step(self._step, self._config, self._batch)
+        self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
         self._push_control()
+        self._feed()
+
+    def _collect(self) -> None:
+        """Move finished chunks from the scheduler's trace to the step recorder."""
+        trace = self._scheduler.drain_trace()
+        if trace:
+            self._recorder.chunks(_chunk_rows(trace))
+
+    def _feed(self) -> None:
+        """Hand the steps finished since the last call to the tuning agent, in step order."""
+        t0 = self._recorder_clock()
+        self._collect()
+        if self._layers_changed:
+            self._layers_changed = False
+            self._tuning.set_layers(self._layer_tensors())
+        for rec in self._recorder.finished():
+            self._tuning.step(rec.step, rec.config, done=rec.done, issue_s=rec.duration_s,
+                              samples=rec.samples, ready=rec.ready, nbytes=rec.nbytes)
+        self._recorder.add_cost(self._recorder_clock() - t0)
+
+    def _layer_tensors(self) -> list[tuple[str, int]]:
+        """The gradients pushed every step (all keys without a Trainer), in forward order."""
+        expected = self._expected
+        tensors = sorted((t for t in self._tensors.values()
+                          if expected is None or t.key in expected), key=lambda t: t.layer)
+        return [(t.name, t.nbytes) for t in tensors]
 
     def _apply(self, config: Config) -> None:
         """Switch every worker at this step (all read the same control sum)."""
@@ -367,8 +450,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _push_control(self) -> None:
         head = self._pace.head_bytes(self._sequencer.backward_s) if self._rank == 0 else None
+        proposal = self._tuning.proposal(self._step + 1, self._proposal)
         values = encode(rank=self._rank, config=self._config, step=self._step,
-                        proposal=self._proposal, head_bytes=head)
+                        proposal=proposal, head_bytes=head)
         self._proposal = None
         # A fresh array is filled synchronously: an engine write would queue behind compute.
         self._control = mx.nd.array(values)
@@ -444,6 +528,17 @@ def _carry_over(tensor: Tensor, old: int, new: int) -> None:
     flat = source[0] if len(source) == 1 else mx.nd.concat(*source, dim=0)
     for piece in tensor.layouts[new]:
         flat[piece.start:piece.stop].copyto(piece.buffer)
+
+
+def _chunk_rows(trace: list[Chunk]) -> Iterable[tuple[int, str, int, int, int, float, float,
+                                                         float]]:
+    for chunk in trace:
+        entry = chunk.task.payload
+        assert chunk.t_ready is not None and chunk.t_start is not None
+        assert chunk.t_done is not None and isinstance(entry, Entry)
+        t_ready = entry.t_ready if entry.t_ready is not None else chunk.t_ready
+        yield (chunk.step, entry.name, chunk.index, chunk.task.layer, chunk.nbytes, t_ready,
+               chunk.t_start, chunk.t_done)
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:

@@ -133,7 +133,7 @@ def run_job(testbed: Any, model: str, kind: str, partition: str, credit: str,
            "--warmup", str(args.warmup), "--batch", str(args.batch)]
     env = {"MXBENCH_DUMP": os.environ.get("MXBENCH_DUMP", ""), "OMP_NUM_THREADS": "1",
            "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.getcwd()}
+           "PYTHONPATH": os.getcwd(), "AUTOBYTE_TUNER": "none"}  # fixed configurations
     result = launch(framework="mxnet", command=cmd, workers=2, servers=1, env=env,
                     testbed=testbed, timeout=args.timeout, stream=None)
     if not result.ok:

@@ -1,0 +1,165 @@
+"""Live tuning: the kvstore's finished steps go to ``common.control.TuningAgent``, decisions
+come back as rank 0's proposal on the control key.
+
+``Tuning.step`` runs on the training thread once per finished step, so it does a few
+attribute reads and one ``record_step``; the per-layer backward times (a pass over the step's
+gradient-ready times) are computed only on sampled steps (``sample_every``), which is enough
+for a per-window mean. The configuration a step ran with travels with the step, so the agent
+is told about a switch exactly when the first step of the new configuration is fed: steps
+finish (all their chunks done) after the next step has begun, so telling it when the switch
+is applied would file the old configuration's last steps under the new one.
+
+A step's time is the time between the moments the last chunks of two consecutive steps
+finished. The time between two ``pushpull`` calls in Python is not it: Python only queues work
+for MXNet's engine and, unless the training loop waits on a result, runs tens of steps ahead
+(measured: 72 steps queued in 1.6 s that took 4.3 s to run).
+
+Layers are Gluon blocks: parameters named ``<block>_<name>`` (``dense0_weight``,
+``dense0_bias``) that are adjacent in forward order form one layer, as in the simulator and
+the meta-network's training data (a layer's weight and bias gradients come out of one backward
+operator, so per-tensor gaps would be one real time and a zero).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from common.config import Config
+
+__all__ = ["SAMPLE_EVERY", "AgentLike", "Tuning", "backward_times", "layer_groups"]
+
+SAMPLE_EVERY = 2  # per-layer times on every other step: >= 4 samples per 10-step window
+
+
+class AgentLike(Protocol):
+    """The part of ``common.control.TuningAgent`` the kvstore uses."""
+
+    def set_layer_bytes(self, layer_bytes: Sequence[int]) -> None: ...
+
+    def record_step(self, step: int, samples: int, step_time_s: float, *,
+                    layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
+                    bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
+                    warmup: bool = False) -> None: ...
+
+    def set_config(self, config: Config, *, step: int) -> None: ...
+
+    def due(self, step: int) -> Config | None: ...
+
+
+def layer_groups(tensors: Sequence[tuple[str, int]]) -> tuple[dict[str, int], list[int]]:
+    """``(name, nbytes)`` in forward order -> (name -> layer index, bytes per layer).
+
+    Adjacent parameters of one block (same name up to the last ``_``) form one layer.
+    """
+    index: dict[str, int] = {}
+    layer_bytes: list[int] = []
+    previous = None
+    for name, nbytes in tensors:
+        block = name.rsplit("_", 1)[0]
+        if block != previous or not layer_bytes:
+            layer_bytes.append(0)
+            previous = block
+        index[name] = len(layer_bytes) - 1
+        layer_bytes[-1] += int(nbytes)
+    return index, layer_bytes
+
+
+def backward_times(ready: Sequence[float]) -> list[float]:
+    """Backward seconds per layer in forward order from each layer's gradient-ready time.
+
+    Backward runs from the last layer to the first, so layer i's share is the time from the
+    moment layer i+1 was done to the moment layer i was: ``ready[i] - ready[i+1]`` (clamped at
+    0: the engine may finish two gradients in either order). The last layer's gradient is the
+    first one ready, and when its backward began is not seen here (MXNet runs the graph
+    asynchronously, ahead of or behind Python). That layer is the output layer, in practice a
+    small classifier head, so it gets the smallest time measured for any other layer: never
+    zero (its gradient is not free), and unlike a mean it is not inflated by a few heavy
+    convolutions.
+    """
+    gaps = [max(0.0, ready[i] - ready[i + 1]) for i in range(len(ready) - 1)]
+    if not ready:
+        return []
+    positive = [g for g in gaps if g > 0.0]
+    return [*gaps, min(positive) if positive else 0.0]
+
+
+class Tuning:
+    """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
+
+    __slots__ = ("_agent", "_config", "_index", "_last", "_layers", "_sample_every",
+                 "_signature")
+
+    def __init__(self, agent: AgentLike, config: Config, *,
+                 sample_every: int = SAMPLE_EVERY) -> None:
+        self._agent = agent
+        self._config = config
+        self._sample_every = max(1, sample_every)
+        self._index: dict[str, int] = {}
+        self._layers = 0
+        self._signature: tuple[tuple[str, int], ...] = ()
+        self._last: tuple[int, float] | None = None  # (step, when its last chunk finished)
+
+    @property
+    def agent(self) -> AgentLike:
+        return self._agent
+
+    def set_layers(self, tensors: Sequence[tuple[str, int]]) -> None:
+        """The gradients pushed every step, ``(name, nbytes)`` in forward order; tells the
+        agent the bytes per layer whenever they change."""
+        signature = tuple(tensors)
+        if signature == self._signature:
+            return
+        self._signature = signature
+        self._index, layer_bytes = layer_groups(signature)
+        self._layers = len(layer_bytes)
+        self._agent.set_layer_bytes(layer_bytes)
+
+    def step(self, step: int, config: Config, *, done: float, issue_s: float,
+             samples: int | None, ready: Mapping[str, float], nbytes: int) -> None:
+        """One finished step: ``done`` is when its last chunk finished (clock seconds, 0 when
+        it had none), ``issue_s`` the Python time between its first pushpull and the next
+        step's (used only without two consecutive completions), ``ready`` maps tensor names to
+        gradient-ready times (same clock), ``nbytes`` is what this worker pushed (and pulled
+        back) in it.
+
+        Without a batch size (plain kvstore use, no Trainer) a step counts as one sample, so
+        the tuner compares steps per second.
+        """
+        last, self._last = self._last, (step, done) if done > 0.0 else None
+        if last is not None and last[0] == step - 1 and done > last[1]:
+            duration_s = done - last[1]
+        else:
+            duration_s = issue_s
+        if config is not self._config and config != self._config:
+            self._config = config
+            self._agent.set_config(config, step=step)
+        layer_times = None
+        # With scheduling off the "ready" times are issue times (no gates): not backward times.
+        if step % self._sample_every == 0 and config.scheduling and self._layers:
+            layer_times = self.layer_times(ready)
+        self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,
+                                bytes_up=nbytes, bytes_down=nbytes)
+
+    def layer_times(self, ready: Mapping[str, float]) -> npt.NDArray[np.float64] | None:
+        """Backward seconds per layer, or None when some layer has no ready time this step
+        (an array: the collector adds it in place, a list would be converted there)."""
+        layer_ready = [float("-inf")] * self._layers
+        index = self._index
+        for name, t in ready.items():
+            layer = index.get(name)
+            if layer is not None and t > layer_ready[layer]:
+                layer_ready[layer] = t  # a layer is done when its last gradient is
+        if float("-inf") in layer_ready:
+            return None
+        return np.array(backward_times(layer_ready))
+
+    def proposal(self, step: int, requested: Config | None) -> Config | None:
+        """What rank 0 proposes for ``step``: the user's ``reconfigure`` request, else the
+        tuner's decision that has come due. Called on every rank (others' answers are not
+        sent), so every agent drains its inbox."""
+        due = self._agent.due(step)
+        return requested if requested is not None else due

@@ -1,0 +1,256 @@
+"""Live tuning in the MXNet adapter, without processes: the step feed, layer times, decisions.
+
+The feed (``autobyte_mx._tuning.Tuning``) is driven here exactly as the kvstore drives it, into
+a real ``TuningAgent`` that hosts a real coordinator on 127.0.0.1 (one worker), so the windows
+it produces are checked where the tuner sees them: in the decision log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import skip_without_mxnet
+
+from common.config import Config
+from common.control import TuningAgent
+from common.control.testing import ScriptedTuner
+from common.decision_log import read_log
+
+skip_without_mxnet()
+
+from autobyte_mx._control import decode, encode  # noqa: E402
+from autobyte_mx._stats import StepRecorder  # noqa: E402
+from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
+
+# forward order: dense0 (weight, bias), dense1 (weight, bias), dense2 (weight, bias)
+TENSORS = [("net_dense0_weight", 76800), ("net_dense0_bias", 1200),
+           ("net_dense1_weight", 240000), ("net_dense1_bias", 800),
+           ("net_dense2_weight", 8000), ("net_dense2_bias", 40)]
+# backward order: dense2 ready first, dense0 last (seconds on one clock)
+READY = {"net_dense2_bias": 10.000, "net_dense2_weight": 10.001, "net_dense1_weight": 10.004,
+         "net_dense1_bias": 10.005, "net_dense0_bias": 10.011, "net_dense0_weight": 10.012}
+STEP_S = 0.05
+BATCH = 32
+
+
+def test_layers_are_blocks_in_forward_order() -> None:
+    index, layer_bytes = layer_groups(TENSORS)
+    assert layer_bytes == [78000, 240800, 8040]
+    assert index["net_dense0_bias"] == 0 and index["net_dense1_weight"] == 1
+    assert index["net_dense2_bias"] == 2
+    # the same block name further on is another layer (e.g. a shared block used twice)
+    assert layer_groups([("a_weight", 1), ("b_weight", 2), ("a_bias", 4)])[1] == [1, 2, 4]
+
+
+def test_backward_times_are_gaps_and_the_first_ready_layer_gets_the_smallest() -> None:
+    # layer ready times in forward order: layer 2 (the head) first, layer 0 last
+    times = backward_times([10.012, 10.005, 10.001])
+    assert times == pytest.approx([0.007, 0.004, 0.004])
+    assert backward_times([1.0, 1.5, 1.2]) == pytest.approx([0.0, 0.3, 0.3])  # clamped at 0
+    assert backward_times([2.0]) == [0.0] and backward_times([]) == []
+
+
+def test_layer_times_need_every_layer() -> None:
+    tuning = Tuning(_Recorder(), Config(tuner="none"))
+    tuning.set_layers(TENSORS)
+    times = tuning.layer_times(READY)
+    assert times is not None
+    assert times.tolist() == pytest.approx([0.007, 0.004, 0.004])
+    missing = {k: v for k, v in READY.items() if not k.startswith("net_dense1")}
+    assert tuning.layer_times(missing) is None
+
+
+class _Recorder:
+    """A stand-in agent that records the calls the feed makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.decisions: dict[int, Config] = {}
+
+    def set_layer_bytes(self, layer_bytes: Any) -> None:
+        self.calls.append(("layers", list(layer_bytes)))
+
+    def record_step(self, step: int, samples: int, step_time_s: float, **kw: Any) -> None:
+        self.calls.append(("step", (step, samples, step_time_s, kw)))
+
+    def set_config(self, config: Config, *, step: int) -> None:
+        self.calls.append(("config", (config, step)))
+
+    def due(self, step: int) -> Config | None:
+        self.calls.append(("due", step))
+        return self.decisions.pop(step, None)
+
+
+def _feed(tuning: Tuning, steps: range, config: Config, *, t0: float = 100.0) -> None:
+    for step in steps:
+        done = t0 + step * STEP_S
+        ready = {k: v + done for k, v in READY.items()}
+        tuning.step(step, config, done=done, issue_s=0.001, samples=BATCH, ready=ready,
+                    nbytes=326840)
+
+
+def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -> None:
+    agent = _Recorder()
+    first = Config(tuner="none")
+    tuning = Tuning(agent, first, sample_every=2)
+    tuning.set_layers(TENSORS)
+    tuning.set_layers(list(TENSORS))  # unchanged: not sent again
+    _feed(tuning, range(1, 5), first)
+    second = first.replace(partition_bytes="64KiB", credit_bytes="256KiB")
+    _feed(tuning, range(5, 7), second)
+    kinds = [k for k, _ in agent.calls]
+    assert kinds == ["layers", "step", "step", "step", "step", "config", "step", "step"]
+    steps = [v for k, v in agent.calls if k == "step"]
+    assert steps[0][2] == 0.001  # no previous completion: the issue interval
+    assert all(s[2] == pytest.approx(STEP_S) for s in steps[1:])
+    assert [s[1] for s in steps] == [BATCH] * 6
+    assert [s[3]["layer_backward_s"] is not None for s in steps] == [False, True, False, True,
+                                                                   False, True]
+    assert ("config", (second, 5)) in agent.calls
+    assert steps[1][3]["bytes_up"] == steps[1][3]["bytes_down"] == 326840
+    # a gap in the steps (one was lost) does not produce a two-step interval
+    _feed(tuning, range(8, 9), second)
+    assert agent.calls[-1][1][2] == 0.001
+
+
+def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:
+    agent = _Recorder()
+    tuning = Tuning(agent, Config(tuner="none"))
+    fast = Config(partition_bytes="256KiB", credit_bytes="1MiB")
+    agent.decisions[20] = fast
+    assert tuning.proposal(19, None) is None
+    assert tuning.proposal(20, None) == fast
+    agent.decisions[30] = fast
+    mine = Config(partition_bytes="8KiB", credit_bytes="8KiB")
+    assert tuning.proposal(30, mine) == mine  # the decision was taken from the inbox anyway
+    assert 30 not in agent.decisions
+    assert [s for k, s in agent.calls if k == "due"] == [19, 20, 30]
+
+
+def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_stats() -> None:
+    rec = StepRecorder()
+    config = Config(tuner="none")
+    rec.begin_step(1, config, 8)
+    rec.issued(1, 2)
+    rec.begin_step(2, config, 8, at=rec._clock())
+    rec.issued(2, 1)
+    rec.chunks([(2, "b", 0, 0, 100, 1.0, 1.1, 1.5)])
+    assert rec.finished() == []  # step 1 is incomplete and holds step 2 back
+    rec.chunks([(1, "a", 0, 0, 100, 0.5, 0.6, 0.9), (1, "a", 1, 0, 50, 0.5, 0.7, 1.0)])
+    rec.begin_step(3, config, 8)
+    got = rec.finished()
+    assert [(r.step, r.nbytes, r.done, r.ready) for r in got] == [
+        (1, 150, 1.0, {"a": 0.5}), (2, 100, 1.5, {"b": 1.0})]
+    assert rec.finished() == []
+    stats = rec.drain()
+    assert [s.step for s in stats] == [1, 2] and stats[0].bytes_up == 150
+    assert len(stats[0].chunks) == 2 and stats[0].samples == 8
+
+
+def test_recorder_passes_over_a_step_that_lost_a_chunk_record() -> None:
+    rec = StepRecorder()
+    config = Config(tuner="none")
+    for step in range(1, 12):
+        rec.begin_step(step, config, 1)
+        rec.issued(step, 1)
+        if step != 2:
+            rec.chunks([(step, "a", 0, 0, 10, 0.0, 0.0, float(step))])
+    assert [r.step for r in rec.finished()] == [1]  # step 2 holds the rest back ...
+    for step in range(12, 40):
+        rec.begin_step(step, config, 1)
+        rec.issued(step, 1)
+        rec.chunks([(step, "a", 0, 0, 10, 0.0, 0.0, float(step))])
+    handed = [r.step for r in rec.finished()]
+    assert handed[0] == 3 and 2 not in handed  # ... until it is far behind
+
+
+def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposal(
+        tmp_path: Path) -> None:
+    """A real agent hosting a real coordinator (one worker, 127.0.0.1) with a scripted tuner:
+    the windows in the decision log carry what the feed measured, and the tuner's decision
+    comes back through ``proposal`` at its step, once."""
+    log = tmp_path / "decisions.jsonl"
+    start = Config(tuner="bayesian", window_steps=5, partition_bytes="4KiB",
+                   credit_bytes="4KiB")
+    fast = start.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+    agent = TuningAgent(rank=0, num_workers=1, config=start, model="mlp", arch="ps",
+                        tuner=ScriptedTuner([fast]), decision_log=log, lead_steps=5, lead_s=0.0)
+    try:
+        assert agent.enabled and agent.coordinator is not None
+        tuning = Tuning(agent, start, sample_every=1)
+        tuning.set_layers(TENSORS)
+        proposals: dict[int, Config] = {}
+        config, deadline, step = start, time.monotonic() + 20, 1
+        while step < 40 or not proposals:
+            assert time.monotonic() < deadline, f"no decision came back; log: {read_log(log)}"
+            _feed(tuning, range(step, step + 1), config)
+            proposal = tuning.proposal(step + 1, None)
+            if proposal is not None:
+                proposals[step + 1] = proposal
+                config = proposal  # what the kvstore does one step later, on every worker
+            step += 1
+            time.sleep(0.01)  # let the coordinator's thread answer within the lead
+    finally:
+        agent.close()
+    assert list(proposals.values()) == [fast]
+    records = read_log(log)
+    decided = [r for r in records if r["type"] == "window" and r.get("decision_id")]
+    assert decided and decided[0]["action"] == "explore"
+    assert list(proposals) == [decided[0]["target_step"]]  # switched at the decision's step
+    windows = [r for r in records if r["type"] == "window"]
+    first = windows[0]
+    assert (first["first_step"], first["last_step"], first["steps"]) == (1, 4, 3)  # 1 warm-up
+    assert first["speed"] == pytest.approx(BATCH / STEP_S, rel=1e-6)
+    obs = first["observation"]
+    assert obs["arch"] == "ps" and obs["model"] == "mlp" and obs["num_layers"] == 3
+    assert obs["layer_bytes"] == [78000, 240800, 8040]
+    assert np.allclose(obs["layer_backward_s"], [[0.007, 0.004, 0.004]])
+    # bytes of all 4 steps (the warm-up step's too) over the 3 measured steps' time
+    assert obs["bandwidth_up"][0] == pytest.approx(8 * 326840 * 4 / (3 * STEP_S), rel=1e-6)
+    after = [w for w in windows if w["first_step"] >= next(iter(proposals))]
+    assert after and after[0]["config"]["partition_bytes"] == 256 * 1024
+    assert after[0]["observation"]["layer_bytes"] == [78000, 240800, 8040]
+
+
+class _FakeKV:
+    def __init__(self) -> None:
+        self.pushed: list[list[float]] = []
+
+    def pushpull(self, key: Hashable, value: Any, priority: int = 0) -> None:
+        self.pushed.append([float(x) for x in value.asnumpy()])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) -> None:
+    """``_push_control`` of step s encodes the decision due at s + 1 (it is applied when step
+    s + 1 begins); other ranks ask too (draining their inbox) but send no proposal."""
+    import autobyte_mx
+    from autobyte_mx._pace import Pace
+    from autobyte_mx._sequencer import Sequencer
+    from common.scheduler import Scheduler
+
+    config = Config(tuner="none")
+    fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+    store = object.__new__(autobyte_mx.AutoByte)
+    agent = _Recorder()
+    agent.decisions[8] = fast
+    scheduler = Scheduler(config, start=lambda chunk: None)
+    store.__dict__.update(
+        _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
+        _pace=Pace(), _sequencer=Sequencer(scheduler, plan=lambda es: []), _kv=_FakeKV(),
+        _tuning=Tuning(agent, config), _control=None, _control_due=False)
+    store._push_control()
+    assert [s for k, s in agent.calls if k == "due"] == [8]
+    (vector,) = store._kv.pushed
+    if rank == 0:
+        message = decode(vector, num_workers=1, rank=0, config=config)
+        assert message.apply_to(config) == fast
+    else:  # summed with a rank 0 that proposes nothing: rank 1 added no proposal
+        rank0 = encode(rank=0, config=config, step=7, proposal=None)
+        summed = [a + b for a, b in zip(rank0, vector, strict=True)]
+        assert decode(summed, num_workers=2, rank=1, config=config).apply_to(config) is None
