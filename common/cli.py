@@ -13,7 +13,8 @@ from common.errors import AutoByteError
 __all__ = ["main"]
 
 # Subcommand modules under common/commands, in the order `autobyte --help` lists them.
-COMMANDS: tuple[str, ...] = ("simulate", "testbed", "launch", "coordinator", "report", "meta")
+COMMANDS: tuple[str, ...] = ("demo", "simulate", "testbed", "launch", "coordinator", "report",
+                             "meta")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,8 +104,10 @@ def summarize(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(records: Sequence[dict[str, Any]], path: Path) -> None:
-    """Speed (top) and partition/credit (bottom, log scale) over steps; decisions marked."""
+def plot(records: Sequence[dict[str, Any]], path: Path,
+         marks: Sequence[tuple[float, str]] = ()) -> None:
+    """Speed (top) and partition/credit (bottom, log scale) over steps; decisions marked, and
+    ``marks`` (step, label), e.g. when the link rate changed."""
     try:
         import matplotlib
     except ImportError:
@@ -126,6 +128,11 @@ def plot(records: Sequence[dict[str, Any]], path: Path) -> None:
             if w.get("target_step") is not None:
                 for ax in (top, bottom):
                     ax.axvline(w["target_step"], color="grey", alpha=0.3, linewidth=1)
+        for step, label in marks:
+            for ax in (top, bottom):
+                ax.axvline(step, color="red", linestyle="--", linewidth=1)
+            top.annotate(label, (step, 1.0), xycoords=("data", "axes fraction"),
+                         xytext=(3, -12), textcoords="offset points", color="red")
         top.set_ylabel("samples/s")
         top.legend(loc="best")
         top.set_title("AutoByte: speed and configuration (grey: decisions take effect)")

@@ -133,6 +133,12 @@ class Coordinator:
             if thread.is_alive():
                 log.warning("coordinator thread did not stop in 2 s; leaving it")
                 return
+        closer = getattr(self.loop.tuner, "close", None)
+        if callable(closer):  # e.g. a model still training in a thread of this process
+            try:
+                closer()
+            except Exception as exc:
+                log.warning("closing the tuner failed: %s", exc)
         self.log.write("event", {"event": "coordinator_stopped",
                                  "rejected": dict(self.verifier.rejected)})
         self.log.close()

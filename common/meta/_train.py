@@ -186,10 +186,12 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
 class Adaptation:
     """A fine-tuning run in a background thread; ``result()`` waits for the adapted model."""
 
-    def __init__(self, target: Callable[[], MetaModel], *, background: bool = True) -> None:
+    def __init__(self, target: Callable[[], MetaModel], *, background: bool = True,
+                 stop: threading.Event | None = None) -> None:
         self._model: MetaModel | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
+        self._stop = stop or threading.Event()
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
@@ -210,6 +212,13 @@ class Adaptation:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ask the run to end after its current batch and wait; True when it has ended.
+
+        A process must not exit while Keras trains in a thread (TensorFlow aborts at exit)."""
+        self._stop.set()
+        return self._done.wait(timeout)
+
     def result(self, timeout: float | None = None) -> MetaModel:
         if not self._done.wait(timeout):
             raise TimeoutError(f"adaptation still running after {timeout} s")
@@ -227,18 +236,28 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 100,
     if not samples:
         raise ConfigError("adapt needs at least one observation, got none")
     data = arrays(list(samples), model.vocabulary)
+    stop = threading.Event()
 
     def run() -> MetaModel:
         keras = keras_module()
+
+        class Stop(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                if stop.is_set():
+                    self.model.stop_training = True
+
         with model._lock:
             clone = keras.models.clone_model(model.network)
             clone.set_weights(model.network.get_weights())
         clone.get_layer("encoder").trainable = False
         clone.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
         clone.fit(data.inputs(), data.target, epochs=epochs,
-                  batch_size=min(16, len(data.target)), shuffle=True, verbose=0)
+                  batch_size=min(16, len(data.target)), shuffle=True, verbose=0,
+                  callbacks=[Stop()])
+        if stop.is_set():
+            raise ConfigError("adaptation stopped before it finished")
         info = {**model.info, "adapted_on": len(data.target),
                 "adapted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         return MetaModel(clone, vocabulary=model.vocabulary, info=info)
 
-    return Adaptation(run, background=background)
+    return Adaptation(run, background=background, stop=stop)

@@ -141,6 +141,12 @@ class MetaTuner(Tuner):
                 path = self.predictor.save(self.adapted_path)  # type: ignore[attr-defined]
                 log.info("meta tuner: adapted model kept at %s", path)
 
+    def close(self, timeout: float = 10.0) -> None:
+        """End a running adaptation (the coordinator calls this when it stops)."""
+        job = self._adaptation
+        if job is not None and not job.stop(timeout):
+            log.warning("meta tuner: adaptation did not stop within %.0f s", timeout)
+
     def wait_adaptation(self, timeout: float | None = None) -> bool:
         """Block until a running adaptation is in use (tests, end of job); True if none left."""
         job = self._adaptation

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import zipfile
 from pathlib import Path
 
@@ -183,6 +184,21 @@ def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, da
     assert before is not None and after is not None
     target = windows[0].speed
     assert abs(after[0] - target) < abs(before[0] - target)
+
+
+def test_closing_the_tuner_ends_a_running_adaptation(model: MetaModel, data: Dataset) -> None:
+    """The coordinator closes its tuner at the end of a job: Keras must not still be training
+    in a thread when the process exits (TensorFlow aborts the process then)."""
+    samples = [Sample(data.job(int(j)), int(p), int(c), float(v))
+               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                     data["credit_bytes"], data["speed"], strict=True)]
+    tuner = MetaTuner(predictor=model)
+    tuner._adaptation = adapt(model, samples, epochs=100_000)  # would run for minutes
+    started = time.perf_counter()
+    tuner.close(timeout=60)
+    assert tuner._adaptation.done and time.perf_counter() - started < 60
+    assert tuner.wait_adaptation(timeout=0) and tuner.predictor is model  # a stopped run is
+    # never swapped in
 
 
 def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
