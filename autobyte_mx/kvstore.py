@@ -54,6 +54,9 @@ COMM_PRIORITY = 1 << 20
 # pushpull waits until the communication of the step this many before it has finished, which
 # never stalls the engine: the step in between is still queued.
 RUN_AHEAD_STEPS = 2
+# A step reaches the tuner once all its chunks are done, up to RUN_AHEAD_STEPS + 1 steps after
+# Python ran it: a hosted coordinator's decisions lead by that much more than one window.
+FEED_LAG_STEPS = RUN_AHEAD_STEPS + 1
 
 
 def _layout_of(config: Config) -> int:
@@ -87,6 +90,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if taken:
             raise ConfigError(f"tuning= must not set {taken}: AutoByte sets them (give the "
                               "model name as model=)")
+        agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)
         self._rank: int = self._kv.rank
