@@ -8,6 +8,7 @@ worker prints a ``done`` record with a checksum of its weights, which must agree
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import time
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--batch", type=int, default=32, help="per worker")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = AutoByteStrategy(model_name="demo_cnn")

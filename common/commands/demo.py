@@ -173,6 +173,8 @@ def _run_job(framework: str, *, steps: int, rates: list[str], switch: int,
                                  "--steps", str(steps)],
                         workers=WORKERS, env={**env, "AUTOBYTE_LOG_DIR": str(out)},
                         testbed=tb, timeout=timeout, stream=watcher)
+    for name, proc in result.processes.items():  # the last lines of each, for a look later
+        (out / f"{name}.log").write_text(proc.output, encoding="utf-8")
     if result.returncode != 0:
         tails = "\n".join(f"--- {name} (exit {p.returncode})\n{p.output[-2000:]}"
                           for name, p in result.processes.items())

@@ -193,7 +193,7 @@ def test_closing_the_tuner_ends_a_running_adaptation(model: MetaModel, data: Dat
                for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
                                      data["credit_bytes"], data["speed"], strict=True)]
     tuner = MetaTuner(predictor=model)
-    tuner._adaptation = adapt(model, samples, epochs=100_000)  # would run for minutes
+    tuner._adaptation = adapt(model, samples[:8], epochs=5000)  # would run for minutes
     started = time.perf_counter()
     tuner.close(timeout=60)
     assert tuner._adaptation.done and time.perf_counter() - started < 60

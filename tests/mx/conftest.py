@@ -18,6 +18,7 @@ import pytest
 
 from common.errors import FrameworkMissingError
 from common.launch import LaunchResult, launch
+from common.testbed import Testbed
 
 
 def skip_without_mxnet() -> None:
@@ -51,13 +52,20 @@ class Job:
         return self.result.processes[name].output
 
 
+def job_dir(tmp: Path) -> Path:
+    """A fresh output folder for the next job under ``tmp`` (workers write into it)."""
+    return tmp / ("job" + str(len(list(tmp.glob("job*")))))
+
+
 def run_job(tmp: Path, *args: str, workers: int = 2, servers: int = 1,
-            env: dict[str, str] | None = None, timeout: float = 120) -> Job:
-    out = tmp / ("job" + str(len(list(tmp.glob("job*")))))
+            env: dict[str, str] | None = None, timeout: float = 120,
+            testbed: Testbed | None = None, out: Path | None = None) -> Job:
+    """Run mx_worker.py as a whole job on loopback, or on ``testbed``'s hosts."""
+    out = out or job_dir(tmp)
     result = launch(framework="mxnet", command=[sys.executable, str(WORKER), "--out", str(out),
                                                 *args],
                     workers=workers, servers=servers, env={**JOB_ENV, **(env or {})},
-                    timeout=timeout, stream=None, cwd=os.getcwd())
+                    timeout=timeout, stream=None, cwd=os.getcwd(), testbed=testbed)
     return Job(result, out, workers)
 
 

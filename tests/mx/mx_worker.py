@@ -2,7 +2,10 @@
 
 Trains a small Gluon model on per-rank synthetic data with kvstore 'autobyte' or native
 'dist_sync' and writes the final parameters to OUT/params_rank<r>.npz plus a JSON summary.
-Servers and the scheduler run inside ``import mxnet`` and exit there.
+Servers and the scheduler run inside ``import mxnet`` and exit there. Live tuning follows
+AUTOBYTE_TUNER (the tests' JOB_ENV turns it off); ``--lead-s``, ``--explore-budget``,
+``--dead-after`` and ``--decision-log`` tune the control plane, ``--mark`` lets the test act at
+a step (rank 0 writes OUT/mark_<step> when it gets there).
 """
 
 from __future__ import annotations
@@ -40,10 +43,30 @@ def build(model: str) -> gluon.HybridBlock:
         net.add(gluon.nn.Conv2D(8, 3, activation="relu"), gluon.nn.MaxPool2D(2),
                 gluon.nn.Conv2D(16, 3, activation="relu"), gluon.nn.MaxPool2D(2),
                 gluon.nn.Flatten(), gluon.nn.Dense(256, activation="relu"), gluon.nn.Dense(10))
+    elif model == "wide":  # 0.76 MB of gradients, one 640 KB tensor: splitting it pays
+        net.add(gluon.nn.Dense(400, activation="relu"), gluon.nn.Dense(400, activation="relu"),
+                gluon.nn.Dense(10))
     else:
         net.add(gluon.nn.Dense(300, activation="relu"), gluon.nn.Dense(200, activation="relu"),
                 gluon.nn.Dense(10))
     return net
+
+
+def tuning_options(a: argparse.Namespace) -> dict[str, object]:
+    """TuningAgent keywords from the command line (AutoByte(tuning=...))."""
+    options: dict[str, object] = {}
+    if a.lead_s is not None:
+        options["lead_s"] = a.lead_s
+    if a.dead_after is not None:
+        options["dead_after_s"] = a.dead_after
+    if a.decision_log:
+        options["decision_log"] = a.decision_log
+    if a.explore_budget is not None:
+        from common.trigger import create as create_trigger
+
+        options["trigger"] = create_trigger("threshold", config=Config.from_env(),
+                                            explore_budget=a.explore_budget)
+    return options
 
 
 def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
@@ -89,7 +112,7 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kv", default="autobyte")
-    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "wide"])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--partition", default=None)
@@ -102,6 +125,13 @@ def main() -> int:
     ap.add_argument("--kill-server-at", type=int, default=-1)
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
+    ap.add_argument("--lead-s", type=float, default=None)
+    ap.add_argument("--dead-after", type=float, default=None)
+    ap.add_argument("--explore-budget", type=int, default=None)
+    ap.add_argument("--decision-log", default=None)
+    ap.add_argument("--mark", type=int, action="append", default=[])
+    ap.add_argument("--brief", action="store_true",
+                    help="summary steps without chunks (long runs)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -121,7 +151,7 @@ def main() -> int:
         part = a.partition_on_rank1 if rank == 1 and a.partition_on_rank1 else a.partition
         opts = {k: v for k, v in (("partition_bytes", part), ("credit_bytes", a.credit),
                                   ("scheduling", a.scheduling)) if v is not None}
-        kv = autobyte_mx.AutoByte(**opts)
+        kv = autobyte_mx.AutoByte(model=a.model, tuning=tuning_options(a), **opts)
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
         kv = "autobyte"
     trainer = gluon.Trainer(net.collect_params(), "sgd",
@@ -132,6 +162,7 @@ def main() -> int:
     ys = [mx.nd.array(rng.randint(0, 10, a.batch)) for _ in range(4)]
     lossf = gluon.loss.SoftmaxCrossEntropyLoss()
     switches = {int(s.split(":")[0]): s.split(":")[1:] for s in a.switch}
+    os.makedirs(a.out, exist_ok=True)
     t0 = time.perf_counter()
     for step in range(a.steps):
         x, y = xs[step % 4], ys[step % 4]
@@ -143,13 +174,15 @@ def main() -> int:
             p, c, s = switches[step]
             trainer._kvstore.reconfigure(Config(partition_bytes=p, credit_bytes=c,
                                                 scheduling=s == "1"))
+        if step in a.mark and rank == 0:
+            with open(os.path.join(a.out, f"mark_{step}"), "w") as f:
+                f.write(str(time.time()))
         if step == a.kill_server_at and rank == 0:
             with open(os.environ["MXTEST_SERVER_PIDFILE"]) as f:
                 os.kill(int(f.read()), signal.SIGSTOP)
     mx.nd.waitall()
     elapsed = time.perf_counter() - t0
     params = {k: v.data().asnumpy() for k, v in net.collect_params().items()}
-    os.makedirs(a.out, exist_ok=True)
     np.savez(os.path.join(a.out, f"params_rank{rank}.npz"), **params)
     summary: dict[str, object] = {"rank": rank, "elapsed": elapsed,
                                   "kv": str(type(trainer._kvstore))}
@@ -157,10 +190,17 @@ def main() -> int:
     if a.checks:
         summary["checks"] = checks(trainer, a.out, rank)
     if isinstance(store, autobyte_mx.AutoByte):
+        summary["training_stats_cost_s"] = store.stats_cost_s  # the per-step feed's share
         stats = store.step_stats()
         summary["config"] = store.config.to_dict()
-        summary["steps"] = [s.to_dict() for s in stats]
+        summary["steps"] = [
+            {"step": s.step, "config": s.config.to_dict(), "duration_s": s.duration_s}
+            if a.brief else s.to_dict() for s in stats]
         summary["stats_cost_s"] = store.stats_cost_s
+        agent = store.tuning
+        summary["tuning"] = {"enabled": agent.enabled, "why_disabled": agent.why_disabled,
+                             "coordinator_alive": agent.coordinator_alive,
+                             "hosted": agent.coordinator is not None}
         store.barrier()
         store.close()
     with open(os.path.join(a.out, f"summary_rank{rank}.json"), "w") as f:
