@@ -6,6 +6,14 @@
 Set MXNET_EXEC_BULK_EXEC_TRAIN=0 and hybridize with static_alloc=True, static_shape=True so
 gradients become ready per layer (AutoByte warns otherwise). Knobs: ``common.config.Config``
 fields as keyword arguments of ``AutoByte(...)`` or AUTOBYTE_* variables.
+
+Tuning is live by default: every worker reports its steps to a tuning coordinator (rank 0
+hosts it when the job is started with ``autobyte launch``; or run ``autobyte coordinator`` and
+set AUTOBYTE_COORDINATOR), which runs the tuner (AUTOBYTE_TUNER, default ``meta``) and switches
+partition and credit sizes on every worker at the same step, without a restart. Turn it off
+with ``tuner='none'`` or AUTOBYTE_TUNER=none; without a coordinator address or AUTOBYTE_SECRET
+it turns itself off with a warning and training goes on. ``AutoByte(model="resnet50", ...)``
+names the model for the tuner, ``tuning={...}`` passes ``common.control.TuningAgent`` options.
 """
 
 from __future__ import annotations

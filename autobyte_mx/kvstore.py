@@ -8,6 +8,11 @@ intact and the next forward pass waits per layer, overlapping the rest of the co
 
 The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
 sub-keys carry no optimizer state and the partition size can change between steps.
+
+Live tuning (on by default; ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off): each step's
+statistics go to a ``common.control.TuningAgent`` once the step has finished (``_tuning``), and
+a decision of the tuner that has come due rides rank 0's control key like a ``reconfigure``
+request, so every worker switches at the same step.
 """
 
 from __future__ import annotations
