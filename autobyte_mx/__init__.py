@@ -12,7 +12,7 @@ hosts it when the job is started with ``autobyte launch``; or run ``autobyte coo
 set AUTOBYTE_COORDINATOR), which runs the tuner (AUTOBYTE_TUNER, default ``meta``) and switches
 partition and credit sizes on every worker at the same step, without a restart. Turn it off
 with ``tuner='none'`` or AUTOBYTE_TUNER=none; without a coordinator address or AUTOBYTE_SECRET
-it turns itself off with a warning and training goes on. ``AutoByte(model="resnet50", ...)``
+it turns itself off with a warning and training goes on. ``AutoByte(model_name="resnet50", ...)``
 names the model for the tuner, ``tuning={...}`` passes ``common.control.TuningAgent`` options.
 """
 

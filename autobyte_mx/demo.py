@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     net = build_model()
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())  # type: ignore[attr-defined]
     net.hybridize(static_alloc=True, static_shape=True)  # type: ignore[attr-defined]
-    store = autobyte_mx.AutoByte(model="demo_cnn")
+    store = autobyte_mx.AutoByte(model_name="demo_cnn")
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd",  # type: ignore[attr-defined]
                                {"learning_rate": 0.01, "momentum": 0.9}, kvstore=store)
     rank, workers = store.rank, store.num_workers

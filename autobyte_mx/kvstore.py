@@ -74,14 +74,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     Options are ``common.config.Config`` fields (keyword > AUTOBYTE_* > default), or a whole
     ``config``. ``timeout`` (s, default AUTOBYTE_TIMEOUT or 300) bounds a communication stall.
-    ``model`` names the model for the tuner's features ("resnet50", ...; unknown models are
+    ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models are
     judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
     ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
     ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off.
     """
 
     def __init__(self, *, config: Config | None = None, base: str = "dist_sync",
-                 timeout: float | None = None, model: str | None = None,
+                 timeout: float | None = None, model_name: str = "unknown",
                  tuning: Mapping[str, Any] | None = None, **options: Any) -> None:
         if base != "dist_sync":
             raise UnsupportedError(f"AutoByte schedules synchronous training only: base must be "
@@ -94,7 +94,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         taken = sorted(set(agent_options) & {"rank", "num_workers", "config", "model", "arch"})
         if taken:
             raise ConfigError(f"tuning= must not set {taken}: AutoByte sets them (give the "
-                              "model name as model=)")
+                              "model name as model_name=)")
         agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)
@@ -103,7 +103,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         # Before the first control exchange: rank 0 may host the coordinator (and load the
         # meta-network), which the other workers wait for in that exchange.
         self._agent = TuningAgent(rank=self._rank, num_workers=self._num_workers,
-                                  config=self._config, model=model or "unknown", arch="ps",
+                                  config=self._config, model=model_name, arch="ps",
                                   **agent_options)
         self._tuning = Tuning(self._agent, self._config)
         self._layers_changed = True

@@ -151,7 +151,7 @@ def main() -> int:
         part = a.partition_on_rank1 if rank == 1 and a.partition_on_rank1 else a.partition
         opts = {k: v for k, v in (("partition_bytes", part), ("credit_bytes", a.credit),
                                   ("scheduling", a.scheduling)) if v is not None}
-        kv = autobyte_mx.AutoByte(model=a.model, tuning=tuning_options(a), **opts)
+        kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a), **opts)
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
         kv = "autobyte"
     trainer = gluon.Trainer(net.collect_params(), "sgd",
