@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autobyte_tf.planning import Plan, TensorInfo, make_plan
-from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
+from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
 from common.config import Config
 from common.control import TuningAgent
 
@@ -77,6 +77,7 @@ class Controller:
         self.generation = 0  # bumped whenever plans change; step functions rebuild on it
         self.agent = agent
         self._wire_bytes = 0  # bytes this worker sends per step for the gradients
+        self._layer_of: list[int] = []  # layer of each gradient tensor, for the tuner
         self._owner: object | None = None
 
     # -- what the cross-device op asks while tracing ------------------------------------------
@@ -101,8 +102,9 @@ class Controller:
             nbytes = [t.nbytes for t in tensors]
             self.recorder.set_layers([t.name for t in tensors], nbytes)
             self._wire_bytes = ring_bytes(sum(nbytes), self.workers)
+            self._layer_of = layer_of([t.rank for t in tensors])
             if self.agent is not None:
-                self.agent.set_layer_bytes(nbytes)
+                self.agent.set_layer_bytes([int(b) for b in per_layer(nbytes, self._layer_of)])
         times = self._times.get(tensors)
         key = (tensors, times is not None)
         plan = self._plans.get(key)
@@ -170,6 +172,8 @@ class Controller:
                 self.recorder.record_ready(relative)
                 layer_times = self._local_times = tuple(backward_times(relative))
         if self.agent is not None:
+            if layer_times is not None:
+                layer_times = tuple(per_layer(layer_times, self._layer_of))
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
                                    bytes_up=self._wire_bytes, bytes_down=self._wire_bytes,
                                    warmup=traced)

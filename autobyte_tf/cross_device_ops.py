@@ -69,7 +69,8 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         if not self._planner.scheduling or tf.executing_eagerly() or not flat or \
                 not all(_schedulable(t) for t in flat):
             return super()._all_reduce(reduce_op, value, replica_id, options)
-        infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size)
+        infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size,
+                                 rank=t.shape.rank if t.shape.rank is not None else 2)
                       for i, t in enumerate(flat))
         plan = self._planner.plan_for(infos)
         stamps = self._planner.stamps()

@@ -39,6 +39,7 @@ class TensorInfo:
     name: str
     nbytes: int
     itemsize: int
+    rank: int = 2  # the tensor's rank: a bias (rank <= 1) belongs to the kernel before it
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from common.config import Config
 
-__all__ = ["StepRecorder", "TrainingStats", "backward_times", "ring_bytes"]
+__all__ = ["StepRecorder", "TrainingStats", "backward_times", "layer_of", "per_layer",
+           "ring_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,24 @@ class TrainingStats:
 def ring_bytes(nbytes: int, workers: int) -> int:
     """Bytes one worker sends in a ring all-reduce of ``nbytes``."""
     return 0 if workers < 2 else 2 * (workers - 1) * nbytes // workers
+
+
+def layer_of(ranks: Sequence[int]) -> list[int]:
+    """The layer of each gradient tensor (forward order): a tensor of rank <= 1 (a bias, a
+    normalisation's scale or offset) joins the layer of the tensor before it, as the simulator
+    and the meta-network count layers (and as the MXNet adapter groups a block's parameters)."""
+    layers: list[int] = []
+    for i, rank in enumerate(ranks):
+        layers.append(layers[-1] if i and rank <= 1 else (layers[-1] + 1 if i else 0))
+    return layers
+
+
+def per_layer(values: Sequence[float], layers: Sequence[int]) -> list[float]:
+    """Sum per-tensor ``values`` into their layers (``layer_of``)."""
+    out = [0.0] * (layers[-1] + 1 if layers else 0)
+    for value, layer in zip(values, layers, strict=True):
+        out[layer] += value
+    return out
 
 
 def backward_times(ready_s: Sequence[float]) -> list[float]:

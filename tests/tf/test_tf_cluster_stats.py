@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
 from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.planning import TensorInfo
-from autobyte_tf.stats import StepRecorder, backward_times, ring_bytes
+from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
 from common.config import Config
 from common.control import Decision, TuningAgent
 from common.errors import ConfigError
@@ -220,3 +220,11 @@ def test_a_step_that_traced_is_warmup_for_the_tuner() -> None:
     (w,) = windows
     assert (w.steps, w.warmup_steps) == (2, 1) and w.elapsed_s == pytest.approx(0.2)
     agent.close()
+
+
+def test_a_bias_joins_the_layer_of_the_kernel_before_it() -> None:
+    # conv kernel, its bias, a batch-norm's scale and offset, dense kernel, bias, a lone kernel
+    layers = layer_of([4, 1, 1, 1, 2, 1, 2])
+    assert layers == [0, 0, 0, 0, 1, 1, 2]
+    assert per_layer([1.0, 0.5, 0.25, 0.25, 2.0, 1.0, 3.0], layers) == [2.0, 3.0, 3.0]
+    assert layer_of([1, 2]) == [0, 1] and per_layer([], []) == []
