@@ -122,18 +122,7 @@ class StepRecorder:
 
     def chunk(self, step: int, tensor: str, index: int, position: int, nbytes: int, ready: float,
               start: float, done: float) -> None:
-        t0 = self._clock()
-        with self._lock:
-            rec = self._open.get(step)
-            if rec is None:
-                return
-            rec.raw.append((tensor, index, position, nbytes, ready, start, done))
-            rec.nbytes += nbytes
-            if done > rec.done:
-                rec.done = done
-            if tensor not in rec.ready or ready < rec.ready[tensor]:
-                rec.ready[tensor] = ready
-            rec.cost += self._clock() - t0
+        self.chunks([(step, tensor, index, position, nbytes, ready, start, done)])
 
     def chunks(self, rows: Iterable[tuple[int, str, int, int, int, float, float, float]]
                ) -> None:

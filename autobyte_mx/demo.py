@@ -9,8 +9,6 @@ parameters, which must agree.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import statistics
 import sys
@@ -27,7 +25,7 @@ if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
 
 import numpy as np
 
-from common.progress import emit
+from common.progress import emit, worker_args
 
 mx = import_mxnet()
 import autobyte_mx  # noqa: E402
@@ -46,11 +44,7 @@ def build_model() -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=160)
-    parser.add_argument("--batch", type=int, default=32, help="per worker")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = worker_args(argv, __doc__)
     mx.random.seed(1)
     np.random.seed(1)
     net = build_model()

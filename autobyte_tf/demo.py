@@ -7,8 +7,6 @@ worker prints a ``done`` record with a checksum of its weights, which must agree
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import statistics
 import time
@@ -21,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from autobyte_tf import AutoByteStrategy
-from common.progress import emit
+from common.progress import emit, worker_args
 
 INPUT = (28, 28, 1)
 CLASSES = 10
@@ -42,11 +40,7 @@ def build_model() -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=160)
-    parser.add_argument("--batch", type=int, default=32, help="per worker")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = worker_args(argv, __doc__)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = AutoByteStrategy(model_name="demo_cnn")

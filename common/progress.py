@@ -6,11 +6,13 @@ the process name) and ``parse`` finds it again in any line. JSON only, one objec
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import sys
 from typing import Any
 
-__all__ = ["MARK", "emit", "parse"]
+__all__ = ["MARK", "emit", "parse", "worker_args"]
 
 MARK = "AUTOBYTE-PROGRESS "
 
@@ -31,3 +33,14 @@ def parse(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) and "kind" in record else None
+
+
+def worker_args(argv: list[str] | None, description: str | None) -> argparse.Namespace:
+    """The command line of a demo worker (both adapters' ``demo`` modules), logging at INFO."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=32, help="per worker")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args
