@@ -8,6 +8,11 @@ skipped; the checks that need it say so.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,10 @@ import pytest
 pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'autobyte[tf]')")
 
 from common.commands.demo import run_demo
+from common.control import ensure_secret
 from common.decision_log import read_log
+from common.launch import launch
+from common.progress import parse
 
 pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
 
@@ -65,3 +73,70 @@ def test_tuner_moves_after_the_rate_drops_and_speed_recovers(tuner: str,
     first = after[0]["speed"]
     best_later = max(w["speed"] for w in after[1:])
     assert best_later >= 0.95 * first, (first, [w["speed"] for w in after])
+
+
+class _KillAfterSwitch:
+    """The launcher's stream: SIGKILLs the coordinator once rank 0 trains on its decision."""
+
+    def __init__(self, coordinator: subprocess.Popen[bytes], start: str) -> None:
+        self.coordinator, self.start = coordinator, start
+        self.killed_at: int | None = None
+        self.done: dict[int, dict[str, Any]] = {}
+
+    def write(self, text: str) -> int:
+        record = parse(text)
+        if record is not None and record["kind"] == "progress" and self.killed_at is None \
+                and not record["config"].startswith(self.start):
+            os.kill(self.coordinator.pid, signal.SIGKILL)
+            self.killed_at = int(record["step"])
+        elif record is not None and record["kind"] == "done":
+            self.done[int(record["rank"])] = record
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_killing_the_coordinator_neither_stops_nor_corrupts_training(tmp_path: Path) -> None:
+    """Both workers report to a standalone ``autobyte coordinator``, which is SIGKILLed once its
+    first decision is in force: the job ends normally, weights equal on both workers, on the
+    configuration last decided, and each worker says once that the coordinator is gone."""
+    secret = ensure_secret({})
+    output = tmp_path / "coordinator.out"
+    with output.open("w") as sink:
+        coordinator = subprocess.Popen(
+            [sys.executable, "-m", "common.cli", "coordinator", "--bind", "tcp://127.0.0.1:*",
+             "--workers", "2", "--tuner", "bayesian", "--window-steps", "5",
+             "--lead-seconds", "1.0", "--partition", "16KiB", "--credit", "16KiB",
+             "--log", str(tmp_path / "decisions.jsonl")],
+            env={**os.environ, "AUTOBYTE_SECRET": secret}, stdout=sink,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (line := next((x for x in output.read_text().splitlines()
+                                 if x.startswith("coordinator on ")), "")):
+            assert coordinator.poll() is None and time.monotonic() < deadline, (
+                output.read_text())
+            time.sleep(0.05)
+        watcher = _KillAfterSwitch(coordinator, "partition=16KiB credit=16KiB")
+        result = launch(framework="tensorflow", workers=2, stream=watcher, timeout=300,
+                        command=[sys.executable, "-m", "autobyte_tf.demo", "--steps", "600"],
+                        env={"AUTOBYTE_COORDINATOR": line.split()[2], "AUTOBYTE_SECRET": secret,
+                             "AUTOBYTE_TUNER": "bayesian", "AUTOBYTE_WINDOW_STEPS": "5",
+                             "AUTOBYTE_PARTITION_BYTES": "16KiB",
+                             "AUTOBYTE_CREDIT_BYTES": "16KiB", "OMP_NUM_THREADS": "1"})
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+        coordinator.wait(timeout=10)
+    outputs = {name: p.output for name, p in result.processes.items()}
+    assert result.returncode == 0, {n: o[-3000:] for n, o in outputs.items()}
+    assert watcher.killed_at is not None and watcher.killed_at < 300, watcher.killed_at
+    assert coordinator.returncode == -signal.SIGKILL
+    assert set(watcher.done) == {0, 1}
+    assert watcher.done[0]["checksum"] == watcher.done[1]["checksum"]
+    assert watcher.done[0]["config"] == watcher.done[1]["config"]
+    assert not watcher.done[0]["config"].startswith("partition=16KiB credit=16KiB")
+    for name, text in outputs.items():
+        assert text.count("training continues with the last configuration") == 1, (
+            name, text[-3000:])
