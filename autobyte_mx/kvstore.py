@@ -42,7 +42,7 @@ from autobyte_mx._stats import StepRecorder, StepStats
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.config import Config
-from common.control import TuningAgent
+from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
 from common.scheduler import Chunk, Scheduler
 
@@ -90,11 +90,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if config is not None and options:
             raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
         self._config = config if config is not None else Config.from_env(**options)
-        agent_options = dict(tuning or {})
-        taken = sorted(set(agent_options) & {"rank", "num_workers", "config", "model", "arch"})
-        if taken:
-            raise ConfigError(f"tuning= must not set {taken}: AutoByte sets them (give the "
-                              "model name as model_name=)")
+        agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.cross_device_ops import AutoByteAllReduce, after
 from autobyte_tf.stats import TrainingStats
 from common.config import Config
-from common.control import TuningAgent
+from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError
 from common.units import parse_rate
 
@@ -67,7 +67,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
 
     def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,
                  sample_every: int | None = None, sync_timeout: float = 300.0,
-                 model_name: str = "unknown", tuning: dict[str, Any] | None = None,
+                 model_name: str = "unknown", tuning: Mapping[str, Any] | None = None,
                  cluster_resolver: Any = None, communication_options: Any = None,
                  **options: Any) -> None:
         resolved = _resolve_config(config, options)
@@ -96,7 +96,8 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
             self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="autobyte_samples")
         self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
-                                  model=model_name, arch="allreduce", **(tuning or {}))
+                                  model=model_name, arch="allreduce",
+                                  **adapter_options(tuning))
         self._controller = Controller(
             config=resolved, rank=rank, workers=workers, bandwidth=rate,
             broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),

@@ -30,7 +30,12 @@ stale and malformed messages are dropped and logged. Decisions name a step at le
 once. Nothing here blocks the training thread or keeps the process alive at exit.
 """
 
-from common.control._agent import CONTROL_ENDPOINT_ENV, COORDINATOR_ENV, TuningAgent
+from common.control._agent import (
+    CONTROL_ENDPOINT_ENV,
+    COORDINATOR_ENV,
+    TuningAgent,
+    adapter_options,
+)
 from common.control._coordinator import Coordinator
 from common.control._decision import Decision
 from common.control._loop import TunerLike, TuningLoop
@@ -58,6 +63,7 @@ __all__ = [
     "TuningAgent",
     "TuningLoop",
     "Verifier",
+    "adapter_options",
     "ensure_secret",
     "make_tuner",
     "secret_from_env",

@@ -32,7 +32,7 @@ from common.errors import ConfigError
 from common.stats import StatsCollector, Window
 from common.trigger import Trigger
 
-__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent"]
+__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent", "adapter_options"]
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +237,16 @@ class TuningAgent:
         self.why_disabled = why
         log.warning("live tuning is off on worker %d: %s; training uses %s", self.rank, why,
                     self._config.describe())
+
+
+def adapter_options(tuning: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An adapter's ``tuning=`` keywords for its TuningAgent, refusing the ones it sets."""
+    options = dict(tuning or {})
+    taken = sorted(set(options) & {"rank", "num_workers", "config", "model", "arch"})
+    if taken:
+        raise ConfigError(f"tuning= must not set {taken}: the adapter sets them (name the model "
+                          "with model_name=, the knobs with config= or keywords)")
+    return options
 
 
 def _open_log(path: str | os.PathLike[str] | None) -> DecisionLog:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.config import Config
-from common.control import Coordinator, Decision, TuningAgent
+from common.control import Coordinator, Decision, TuningAgent, adapter_options
 from common.control.testing import ScriptedTuner
 from common.decision_log import read_log
 from common.errors import ConfigError, ControlError
@@ -207,3 +207,9 @@ def test_coordinator_survives_a_failing_decision_log(tmp_path: Path) -> None:
         sock.close(0)
         ctx.term()
         c.close()
+
+
+def test_adapters_refuse_tuning_options_they_set_themselves() -> None:
+    assert adapter_options(None) == {} and adapter_options({"lead_s": 1.0}) == {"lead_s": 1.0}
+    with pytest.raises(ConfigError, match=r"must not set \['model', 'rank'\].*model_name="):
+        adapter_options({"rank": 3, "model": "x", "lead_s": 1.0})
