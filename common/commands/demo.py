@@ -61,6 +61,7 @@ class Phase:
     start_speed: float
     end_config: str
     end_speed: float
+    end_windows: int
 
 
 @dataclasses.dataclass
@@ -197,7 +198,11 @@ def _run_job(framework: str, *, steps: int, rates: list[str], switch: int,
 def phases_from_log(framework: str, records: list[dict[str, Any]], rates: list[str],
                     switched: int | None) -> list[Phase]:
     """Per rate: the job's own measurement (the coordinator's merged windows, traced steps
-    left out) of the first window against the mean of the last two."""
+    left out) of its first window against the median of every window it ran at the
+    configuration in force at the end (robust to a window disturbed by, e.g., the tuner
+    adapting on rank 0). The first window of each phase is left out: the job's first starts
+    cold, and the window a switch falls in ran partly at the old rate (the rate changes when
+    rank 0's progress line for the switch step arrives)."""
     windows = [r for r in records if r.get("type") == "window" and r.get("speed")]
     end = 1 << 30
     bounds = [(rates[0], 0, end if switched is None else switched)]
@@ -206,13 +211,13 @@ def phases_from_log(framework: str, records: list[dict[str, Any]], rates: list[s
     phases = []
     for rate, lo, hi in bounds:
         rows = [w for w in windows if lo <= w["first_step"] and w["last_step"] < hi]
+        rows = rows[1:]  # the job's first window starts cold; a later one saw the change
         if not rows:
             continue
-        tail = rows[-2:]
-        phases.append(Phase(framework, rate, lo, rows[-1]["last_step"] + 1,
+        final = [float(w["speed"]) for w in rows if w["config"] == rows[-1]["config"]]
+        phases.append(Phase(framework, rate, rows[0]["first_step"], rows[-1]["last_step"] + 1,
                             _knobs(rows[0]["config"]), float(rows[0]["speed"]),
-                            _knobs(tail[-1]["config"]),
-                            statistics.fmean(float(w["speed"]) for w in tail)))
+                            _knobs(rows[-1]["config"]), statistics.median(final), len(final)))
     return phases
 
 
@@ -223,17 +228,18 @@ def _knobs(config: dict[str, Any]) -> str:
 
 
 def summary_table(results: list[JobResult]) -> str:
-    head = (f"{'framework':10} {'rate':>10} {'steps':>9}  {'first window':<30} {'samples/s':>9}"
-            f"  {'last windows':<30} {'samples/s':>9} {'gain':>6}")
-    lines = ["AutoByte demo: per link rate, the first window against the last two "
-             "(samples/s of the whole job, as the coordinator merged them)",
+    head = (f"{'framework':10} {'rate':>8} {'steps':>8}  {'first window':<34} {'samples/s':>9}"
+            f"  {'final configuration':<34} {'windows':>7} {'samples/s':>9} {'gain':>6}")
+    lines = ["AutoByte demo: per link rate, its first window against the median of the windows "
+             "at its final configuration (samples/s of the whole job, as the coordinator merged "
+             "them)",
              head, "-" * len(head)]
     for job in results:
         for p in job.phases:
             gain = p.end_speed / p.start_speed if p.start_speed > 0 else float("nan")
-            lines.append(f"{p.framework:10} {p.rate:>10} {p.first_step:>4}-{p.last_step:<4}  "
-                         f"{p.start_config:<30} {p.start_speed:9.1f}  {p.end_config:<30} "
-                         f"{p.end_speed:9.1f} {gain:5.2f}x")
+            lines.append(f"{p.framework:10} {p.rate:>8} {p.first_step:>3}-{p.last_step:<4}  "
+                         f"{p.start_config:<34} {p.start_speed:9.1f}  {p.end_config:<34} "
+                         f"{p.end_windows:>7} {p.end_speed:9.1f} {gain:5.2f}x")
     lines.append("")
     for job in results:
         lines.append(f"{job.framework}: weights equal on every worker: "

@@ -46,26 +46,29 @@ def window(first: int, config: dict[str, Any], speed: float) -> dict[str, Any]:
             "config": config}
 
 
-def test_phases_put_each_rates_first_window_against_its_last_two() -> None:
-    records = [{"type": "job"}, window(0, SLOW, 100.0), window(5, SLOW, 110.0),
-               window(10, FAST, 300.0), window(15, FAST, 320.0),
-               window(20, FAST, 150.0), window(25, SLOW, 90.0), window(30, SLOW, 100.0),
-               {"type": "window", "first_step": 35, "last_step": 39, "speed": None,
+def test_phases_put_each_rates_first_window_against_its_final_configuration() -> None:
+    records = [{"type": "job"}, window(0, SLOW, 900.0), window(5, SLOW, 100.0),
+               window(10, FAST, 300.0), window(15, FAST, 320.0), window(20, FAST, 40.0),
+               window(25, FAST, 150.0), window(30, FAST, 100.0), window(35, SLOW, 60.0),
+               window(40, SLOW, 90.0), window(45, SLOW, 100.0),
+               {"type": "window", "first_step": 50, "last_step": 54, "speed": None,
                 "config": SLOW}]
-    before, after = phases_from_log("mxnet", records, ["1gbit", "100mbit"], 20)
-    assert (before.rate, before.first_step, before.last_step) == ("1gbit", 0, 20)
-    assert before.start_speed == 100.0 and before.end_speed == 310.0
-    assert before.start_config.startswith("partition=16KiB")
+    before, after = phases_from_log("mxnet", records, ["1gbit", "100mbit"], 25)
+    assert (before.rate, before.first_step, before.last_step) == ("1gbit", 5, 25)  # cold 0-4
+    assert before.start_speed == 100.0 and before.start_config.startswith("partition=16KiB")
+    # the median of the FAST windows: the disturbed one (40) does not decide it
     assert before.end_config.startswith("partition=1MiB")
-    assert (after.rate, after.first_step, after.last_step) == ("100mbit", 20, 35)
-    assert after.start_speed == 150.0 and after.end_speed == 95.0  # a loss is shown as one
-    table = summary_table([JobResult("mxnet", [before, after], True, None, None, 20)])
-    assert "3.10x" in table and "0.63x" in table
+    assert (before.end_speed, before.end_windows) == (300.0, 3)
+    # the window the rate changed in (25-29) is skipped: it ran partly at the old rate
+    assert (after.rate, after.first_step, after.last_step) == ("100mbit", 30, 50)
+    assert after.start_speed == 100.0 and (after.end_speed, after.end_windows) == (90.0, 3)
+    table = summary_table([JobResult("mxnet", [before, after], True, None, None, 25)])
+    assert "3.00x" in table and "0.90x" in table
     assert "weights equal on every worker: yes" in table
 
 
 def test_without_a_rate_change_there_is_one_phase() -> None:
-    (only,) = phases_from_log("tensorflow", [window(0, SLOW, 50.0), window(5, FAST, 80.0)],
-                              ["loopback"], None)
-    assert (only.rate, only.start_speed, only.end_speed) == ("loopback", 50.0, 65.0)
+    (only,) = phases_from_log("tensorflow", [window(0, SLOW, 9.0), window(5, SLOW, 50.0),
+                                             window(10, FAST, 80.0)], ["loopback"], None)
+    assert (only.rate, only.start_speed, only.end_speed) == ("loopback", 50.0, 80.0)
     assert phases_from_log("tensorflow", [], ["loopback"], None) == []
