@@ -32,8 +32,8 @@ ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "AUTOBYTE_TUNER": "n
 
 # Three workers sharing 127.0.0.1 hang intermittently in their first AutoByte fit (seen in
 # more than half of the runs on the 2-core test machine, also at commit 433d1ec); on three
-# testbed hosts they pass. Tracked as an open issue; the loopback case below stays, marked.
-LOOPBACK_HANG = "3 TF workers on one loopback address hang intermittently (open issue)"
+# testbed hosts they pass. Issue 5 stays open for it; the loopback case below stays, marked.
+LOOPBACK_HANG = "3 TF workers on one loopback address hang intermittently (issue 5)"
 
 
 def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[str, Any]]:
