@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -30,6 +29,9 @@ skip_without_mxnet()
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "testbed"))
 from tb_helpers import IS_ROOT, our_netns, our_records, root_links  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
+from control_helpers import standalone_coordinator  # noqa: E402
 
 pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
 
@@ -174,40 +176,22 @@ def test_standalone_coordinator_killed_mid_run_training_goes_on(tmp_path: Path) 
     in force. Both workers finish, with equal parameters, the same configuration at every
     step, and say once that the coordinator is gone."""
     secret = ensure_secret({})
-    log, output = tmp_path / "coordinator.jsonl", tmp_path / "coordinator.out"
-    with output.open("w") as sink:
-        coordinator = subprocess.Popen(
-            [sys.executable, "-m", "common.cli", "coordinator", "--bind", "tcp://127.0.0.1:*",
-             "--workers", "2", "--tuner", "bayesian", "--window-steps", str(WINDOW),
-             "--lead-seconds", "1.0", "--partition", "4KiB", "--credit", "4KiB",
-             "--log", str(log)],
-            env={**os.environ, "AUTOBYTE_SECRET": secret}, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    killed = None
-    try:
-        deadline = time.monotonic() + 60
-        while not (line := next((x for x in output.read_text().splitlines()
-                                 if x.startswith("coordinator on ")), "")):
-            assert coordinator.poll() is None and time.monotonic() < deadline, (
-                output.read_text())
-            time.sleep(0.05)
-        endpoint = line.split()[2]
-
+    log = tmp_path / "coordinator.jsonl"
+    with standalone_coordinator(tmp_path, secret, start="4KiB:4KiB",
+                                window_steps=WINDOW) as (coordinator, endpoint):
         def decision_in_force() -> bool:
             return any(w["config"]["partition_bytes"] != 4096 for w in windows_of(log))
 
         killed = When(decision_in_force, lambda: os.kill(coordinator.pid, signal.SIGKILL))
-        job = run_job(tmp_path, "--model", "mlp", "--steps", "600", "--brief", "--partition",
-                      "4KiB", "--credit", "4KiB", "--dead-after", "1.5",
-                      env={"AUTOBYTE_TUNER": "bayesian", "AUTOBYTE_WINDOW_STEPS": str(WINDOW),
-                           "AUTOBYTE_COORDINATOR": endpoint, "AUTOBYTE_SECRET": secret},
-                      timeout=240)
-    finally:
-        if killed is not None:
+        try:
+            job = run_job(tmp_path, "--model", "mlp", "--steps", "600", "--brief",
+                          "--partition", "4KiB", "--credit", "4KiB", "--dead-after", "1.5",
+                          env={"AUTOBYTE_TUNER": "bayesian",
+                               "AUTOBYTE_WINDOW_STEPS": str(WINDOW),
+                               "AUTOBYTE_COORDINATOR": endpoint, "AUTOBYTE_SECRET": secret},
+                          timeout=240)
+        finally:
             killed.stop()
-        if coordinator.poll() is None:
-            coordinator.kill()
-        coordinator.wait(timeout=10)
     assert_ok(job)
     assert killed.fired_at is not None, "the coordinator's decision was never in force"
     assert coordinator.returncode == -signal.SIGKILL

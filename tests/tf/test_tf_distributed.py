@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,25 @@ ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "AUTOBYTE_TUNER": "n
 LOOPBACK_HANG = "3 TF workers on one loopback address hang intermittently (issue 5)"
 
 
-def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[str, Any]]:
+def _launch(workers: int, *, shaped: bool, timeout: float) -> Any:
     if shaped:  # hosts in network namespaces on a 1gbit switch (loopback when not root)
         with Testbed(hosts=workers, rate="1gbit") as tb:
             if workers >= 3 and not tb.shaped:
                 pytest.xfail(LOOPBACK_HANG + "; without root the testbed is loopback")
-            result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
-                            workers=workers, env=ENV, stream=None, timeout=timeout, testbed=tb)
-    else:
-        result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
-                        workers=workers, env=ENV, stream=None, timeout=timeout)
+            return launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                          workers=workers, env=ENV, stream=None, timeout=timeout, testbed=tb)
+    return launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                  workers=workers, env=ENV, stream=None, timeout=timeout)
+
+
+def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[str, Any]]:
+    result = _launch(workers, shaped=shaped, timeout=timeout)
+    if result.timed_out and shaped:
+        # The same hang, rarer on separate hosts (this worker runs four strategies in one
+        # process): one retry, said out loud; a wrong result is never retried.
+        warnings.warn(f"{workers}-worker job hung ({LOOPBACK_HANG}); retrying once",
+                      RuntimeWarning, stacklevel=2)
+        result = _launch(workers, shaped=shaped, timeout=timeout)
     assert result.returncode == 0, {n: p.output[-3000:] for n, p in result.processes.items()}
     out = []
     for name in sorted(result.processes):
@@ -61,7 +71,7 @@ def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[st
     pytest.param(3, False, marks=pytest.mark.xfail(reason=LOOPBACK_HANG, strict=False)),
 ], ids=["2-workers-testbed", "3-workers-testbed", "3-workers-loopback"])
 def test_weights_match_plain_mwms(workers: int, shaped: bool) -> None:
-    results = run_job(workers, shaped=shaped, timeout=240 if shaped else 120)
+    results = run_job(workers, shaped=shaped, timeout=150 if shaped else 120)
     assert [r["rank"] for r in results] == list(range(workers))
     for r in results:
         assert r["workers"] == workers

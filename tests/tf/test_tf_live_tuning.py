@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,9 @@ from common.control import ensure_secret
 from common.decision_log import read_log
 from common.launch import launch
 from common.progress import parse
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
+from control_helpers import standalone_coordinator
 
 pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
 
@@ -102,33 +104,15 @@ def test_killing_the_coordinator_neither_stops_nor_corrupts_training(tmp_path: P
     first decision is in force: the job ends normally, weights equal on both workers, on the
     configuration last decided, and each worker says once that the coordinator is gone."""
     secret = ensure_secret({})
-    output = tmp_path / "coordinator.out"
-    with output.open("w") as sink:
-        coordinator = subprocess.Popen(
-            [sys.executable, "-m", "common.cli", "coordinator", "--bind", "tcp://127.0.0.1:*",
-             "--workers", "2", "--tuner", "bayesian", "--window-steps", "5",
-             "--lead-seconds", "1.0", "--partition", "16KiB", "--credit", "16KiB",
-             "--log", str(tmp_path / "decisions.jsonl")],
-            env={**os.environ, "AUTOBYTE_SECRET": secret}, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (line := next((x for x in output.read_text().splitlines()
-                                 if x.startswith("coordinator on ")), "")):
-            assert coordinator.poll() is None and time.monotonic() < deadline, (
-                output.read_text())
-            time.sleep(0.05)
+    with standalone_coordinator(tmp_path, secret, start="16KiB:16KiB",
+                                window_steps=5) as (coordinator, endpoint):
         watcher = _KillAfterSwitch(coordinator, "partition=16KiB credit=16KiB")
         result = launch(framework="tensorflow", workers=2, stream=watcher, timeout=300,
                         command=[sys.executable, "-m", "autobyte_tf.demo", "--steps", "600"],
-                        env={"AUTOBYTE_COORDINATOR": line.split()[2], "AUTOBYTE_SECRET": secret,
+                        env={"AUTOBYTE_COORDINATOR": endpoint, "AUTOBYTE_SECRET": secret,
                              "AUTOBYTE_TUNER": "bayesian", "AUTOBYTE_WINDOW_STEPS": "5",
                              "AUTOBYTE_PARTITION_BYTES": "16KiB",
                              "AUTOBYTE_CREDIT_BYTES": "16KiB", "OMP_NUM_THREADS": "1"})
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
-        coordinator.wait(timeout=10)
     outputs = {name: p.output for name, p in result.processes.items()}
     assert result.returncode == 0, {n: o[-3000:] for n, o in outputs.items()}
     assert watcher.killed_at is not None and watcher.killed_at < 300, watcher.killed_at
