@@ -28,7 +28,7 @@ from common.testbed import Testbed
 skip_without_mxnet()
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "testbed"))
-from tb_helpers import IS_ROOT, our_netns, our_records, root_links  # noqa: E402
+from tb_helpers import IS_ROOT, nothing_left_behind  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
 from control_helpers import standalone_coordinator  # noqa: E402
@@ -99,11 +99,8 @@ class When:
 @pytest.fixture
 def no_testbed_leaks() -> Iterator[None]:
     """Fail the test if it leaves a namespace, a testbed record or a root-namespace link."""
-    links = root_links()
-    yield
-    assert our_netns() == [], "namespaces left behind"
-    assert our_records() == [], "testbed records left behind"
-    assert root_links() == links, "links in the root namespace changed"
+    with nothing_left_behind():
+        yield
 
 
 MARK, STEPS = 450, 850  # the rate drops when rank 0 reaches step MARK

@@ -9,14 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tb_helpers import our_netns, our_records, root_links
+from tb_helpers import nothing_left_behind
 
 
 @pytest.fixture
 def no_leaks() -> Iterator[None]:
     """Fail the test if it leaves a namespace, a state record or a root-namespace link."""
-    links = root_links()
-    yield
-    assert our_netns() == [], "namespaces left behind"
-    assert our_records() == [], "testbed records left behind"
-    assert root_links() == links, "links in the root namespace changed"
+    with nothing_left_behind():
+        yield

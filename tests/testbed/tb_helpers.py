@@ -72,6 +72,16 @@ def root_links() -> set[str]:
     return {n for n in names if n.startswith(BASE) or re.fullmatch(r"eth0|br0|p\d+", n)}
 
 
+@contextlib.contextmanager
+def nothing_left_behind() -> Iterator[None]:
+    """Fail if the block leaves a namespace, a testbed record or a root-namespace link."""
+    links = root_links()
+    yield
+    assert our_netns() == [], "namespaces left behind"
+    assert our_records() == [], "testbed records left behind"
+    assert root_links() == links, "links in the root namespace changed"
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -53,7 +53,8 @@ def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[st
     if result.timed_out and shaped:
         # The same hang, rarer on separate hosts (this worker runs four strategies in one
         # process): one retry, said out loud; a wrong result is never retried.
-        warnings.warn(f"{workers}-worker job hung ({LOOPBACK_HANG}); retrying once",
+        warnings.warn(f"{workers}-worker job hung on the testbed (the hang of issue 5); "
+                      "retrying once",
                       RuntimeWarning, stacklevel=2)
         result = _launch(workers, shaped=shaped, timeout=timeout)
     assert result.returncode == 0, {n: p.output[-3000:] for n, p in result.processes.items()}
