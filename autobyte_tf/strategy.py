@@ -85,6 +85,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         # MWMS instances in one process share collective keys unless their bases differ; each
         # AutoByteStrategy takes its own (workers create strategies in the same order).
         self._collective_key_base = _KEY_BASE_STRIDE * next(_STRATEGY_COUNT)
+        _warn_if_collectives_enabled()
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
         keras_compat.install()
@@ -223,6 +224,24 @@ def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
         controller.stamp_start(time.perf_counter())
         return np.int8(0)
     return stamp
+
+
+def _warn_if_collectives_enabled() -> None:
+    """Say when this process already made a MultiWorkerMirroredStrategy (of any kind).
+
+    Making one (re)initialises TensorFlow's collective runtime in this process; a collective
+    that another worker starts meanwhile is lost and the job hangs in it (seen with several
+    strategies per process). One strategy per process is safe; with several, every worker must
+    make all of them before any worker runs a collective, e.g. behind a barrier.
+    """
+    from tensorflow.python.eager import context
+
+    if getattr(context.context(), "_collective_ops_server_def", None) is not None:
+        log.warning("AutoByteStrategy: this process already made a MultiWorkerMirroredStrategy; "
+                    "making another re-initialises TensorFlow's collective runtime, and a "
+                    "collective another worker starts meanwhile is lost (the job hangs). "
+                    "Make every strategy on every worker before the first collective runs "
+                    "(e.g. behind a barrier), or use one strategy per process")
 
 
 class _Broadcaster:

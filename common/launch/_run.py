@@ -131,6 +131,17 @@ class _Running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, sig)
 
+    def group_alive(self) -> bool:
+        """Whether a process of this job's group still exists (zombies of an exited parent
+        are reaped by init and vanish too)."""
+        try:
+            os.killpg(self.popen.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
     def result(self) -> ProcessResult:
         self.reader.join(timeout=5.0)
         return ProcessResult(self.job.name, self.popen.returncode, "".join(self.lines))
@@ -161,6 +172,11 @@ def _stop(running: Sequence[_Running], grace: float) -> None:
     for r in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             r.popen.wait(timeout=grace)
+    # SIGKILL is delivered asynchronously: what a process forked may still be dying after the
+    # process itself was reaped. Return only once every group is empty (or after ``grace``).
+    deadline = time.monotonic() + grace
+    while any(r.group_alive() for r in running) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
 
 
 def _raise_exit(signum: int, frame: object) -> None:

@@ -1,7 +1,7 @@
 """AutoByteStrategy across real processes on TF collectives, against plain MWMS.
 
 Each job runs ``tf_worker.py`` under ``common.launch`` (TF_CONFIG set by the launcher; 2 and 3
-workers on the shaped testbed, 3 on loopback too, where a known intermittent hang is marked):
+workers on the shaped testbed, 3 on one loopback address too):
 Keras fit under three configurations (one switched mid-run), evaluate, predict, a custom loop
 with ``strategy.run``, and jit_compile=True refused.
 """
@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,32 +30,16 @@ WORKER = Path(__file__).with_name("tf_worker.py")
 ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "AUTOBYTE_TUNER": "none"}
 
 
-# Three workers sharing 127.0.0.1 hang intermittently in their first AutoByte fit (seen in
-# more than half of the runs on the 2-core test machine, also at commit 433d1ec); on three
-# testbed hosts they pass. Issue 5 stays open for it; the loopback case below stays, marked.
-LOOPBACK_HANG = "3 TF workers on one loopback address hang intermittently (issue 5)"
-
-
-def _launch(workers: int, *, shaped: bool, timeout: float) -> Any:
+def run_job(workers: int, *, shaped: bool, barrier: Path,
+            timeout: float = 150) -> list[dict[str, Any]]:
+    env = {**ENV, "TF_TEST_BARRIER": str(barrier)}
     if shaped:  # hosts in network namespaces on a 1gbit switch (loopback when not root)
         with Testbed(hosts=workers, rate="1gbit") as tb:
-            if workers >= 3 and not tb.shaped:
-                pytest.xfail(LOOPBACK_HANG + "; without root the testbed is loopback")
-            return launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
-                          workers=workers, env=ENV, stream=None, timeout=timeout, testbed=tb)
-    return launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
-                  workers=workers, env=ENV, stream=None, timeout=timeout)
-
-
-def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[str, Any]]:
-    result = _launch(workers, shaped=shaped, timeout=timeout)
-    if result.timed_out and shaped:
-        # The same hang, rarer on separate hosts (this worker runs four strategies in one
-        # process): one retry, said out loud; a wrong result is never retried.
-        warnings.warn(f"{workers}-worker job hung on the testbed (the hang of issue 5); "
-                      "retrying once",
-                      RuntimeWarning, stacklevel=2)
-        result = _launch(workers, shaped=shaped, timeout=timeout)
+            result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                            workers=workers, env=env, stream=None, timeout=timeout, testbed=tb)
+    else:
+        result = launch(framework="tensorflow", command=[sys.executable, str(WORKER)],
+                        workers=workers, env=env, stream=None, timeout=timeout)
     assert result.returncode == 0, {n: p.output[-3000:] for n, p in result.processes.items()}
     out = []
     for name in sorted(result.processes):
@@ -67,12 +50,10 @@ def run_job(workers: int, *, shaped: bool, timeout: float = 240) -> list[dict[st
     return out
 
 
-@pytest.mark.parametrize(("workers", "shaped"), [
-    (2, True), (3, True),
-    pytest.param(3, False, marks=pytest.mark.xfail(reason=LOOPBACK_HANG, strict=False)),
-], ids=["2-workers-testbed", "3-workers-testbed", "3-workers-loopback"])
-def test_weights_match_plain_mwms(workers: int, shaped: bool) -> None:
-    results = run_job(workers, shaped=shaped, timeout=150 if shaped else 120)
+@pytest.mark.parametrize(("workers", "shaped"), [(2, True), (3, True), (3, False)],
+                         ids=["2-workers-testbed", "3-workers-testbed", "3-workers-loopback"])
+def test_weights_match_plain_mwms(workers: int, shaped: bool, tmp_path: Path) -> None:
+    results = run_job(workers, shaped=shaped, barrier=tmp_path)
     assert [r["rank"] for r in results] == list(range(workers))
     for r in results:
         assert r["workers"] == workers

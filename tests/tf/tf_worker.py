@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -79,17 +81,12 @@ def custom_loop(strategy: Any, wrap: Callable[[Any], Any], data: Any) -> list[ND
 
 
 def main() -> None:
+    # Every strategy first, then a barrier outside TensorFlow, then any collective: making a
+    # MultiWorkerMirroredStrategy re-initialises TF's collective runtime in this process, and a
+    # collective another worker starts meanwhile is lost (the job hangs in it).
     plain = tf.distribute.MultiWorkerMirroredStrategy()
     first = autobyte_tf.AutoByteStrategy(partition_bytes="4KiB", credit_bytes="4KiB",
                                          window_steps=WINDOW)  # installs the Keras fixes
-    rank = first.rank
-    data = dataset(rank)
-    ref = build(plain)
-    ref.fit(data, epochs=1, verbose=0)
-    ref_w = weights(ref)
-    ref_eval = ref.evaluate(data, verbose=0, return_dict=True)
-    out: dict[str, Any] = {"rank": rank, "workers": first.num_workers, "diff": {}}
-
     scenarios: list[tuple[str, Any, dict[str, Any] | None]] = [
         ("4KiB x1", first, None),
         ("8KiB x8", autobyte_tf.AutoByteStrategy(partition_bytes="8KiB", credit_bytes="64KiB",
@@ -98,6 +95,15 @@ def main() -> None:
             partition_bytes="4KiB", credit_bytes="16KiB", window_steps=WINDOW),
          {"partition_bytes": "16KiB", "credit_bytes": "16KiB"}),
     ]
+    rank = first.rank
+    file_barrier(Path(os.environ["TF_TEST_BARRIER"]), rank, first.num_workers)
+    data = dataset(rank)
+    ref = build(plain)
+    ref.fit(data, epochs=1, verbose=0)
+    ref_w = weights(ref)
+    ref_eval = ref.evaluate(data, verbose=0, return_dict=True)
+    out: dict[str, Any] = {"rank": rank, "workers": first.num_workers, "diff": {}}
+
     for name, strategy, change in scenarios:
         model = build(strategy)
         callbacks = [Reconfigure(strategy, change)] if change else []
@@ -120,6 +126,17 @@ def main() -> None:
                                           custom_loop(plain, tf.function, data))
     out["jit_error"] = jit_error(custom, data)
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def file_barrier(directory: Path, rank: int, workers: int, timeout: float = 60.0) -> None:
+    """Wait until every worker has reached this point (all processes share the filesystem)."""
+    (directory / f"ready{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(directory.glob("ready*"))) < workers:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker {rank}: the others did not reach the barrier in "
+                               f"{timeout:g} s")
+        time.sleep(0.05)
 
 
 def jit_error(strategy: Any, data: Any) -> str:
