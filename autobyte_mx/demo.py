@@ -9,10 +9,10 @@ parameters, which must agree.
 
 from __future__ import annotations
 
+import functools
 import os
-import statistics
 import sys
-import time
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")  # gradients ready per layer
@@ -25,7 +25,8 @@ if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
 
 import numpy as np
 
-from common.progress import emit, worker_args
+from common.config import Config
+from common.progress import WindowMeter, emit, sweep_config, worker_args
 
 mx = import_mxnet()
 import autobyte_mx  # noqa: E402
@@ -33,13 +34,23 @@ import autobyte_mx  # noqa: E402
 CLASSES = 10
 
 
-def build_model() -> Any:
-    """The same shape as autobyte_tf.demo's: about 0.33 M parameters (1.3 MB of gradients)."""
+def build_model(name: str = "cnn") -> Any:
+    """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M)."""
     nn = mx.gluon.nn
     net = nn.HybridSequential()
-    net.add(nn.Conv2D(16, 3, activation="relu"), nn.MaxPool2D(2),
-            nn.Conv2D(32, 3, activation="relu"), nn.MaxPool2D(2),
-            nn.Flatten(), nn.Dense(256, activation="relu"), nn.Dense(CLASSES))
+    if name == "cnn":
+        net.add(nn.Conv2D(16, 3, activation="relu"), nn.MaxPool2D(2),
+                nn.Conv2D(32, 3, activation="relu"), nn.MaxPool2D(2),
+                nn.Flatten(), nn.Dense(256, activation="relu"))
+    elif name == "mlp":
+        net.add(nn.Flatten(), nn.Dense(1024, activation="relu"),
+                nn.Dense(1024, activation="relu"), nn.Dense(1024, activation="relu"))
+    else:
+        net.add(nn.Conv2D(32, 3, activation="relu"), nn.Conv2D(32, 3, activation="relu"),
+                nn.MaxPool2D(2), nn.Conv2D(64, 3, activation="relu"),
+                nn.Conv2D(64, 3, activation="relu"), nn.MaxPool2D(2),
+                nn.Flatten(), nn.Dense(512, activation="relu"))
+    net.add(nn.Dense(CLASSES))
     return net
 
 
@@ -47,10 +58,19 @@ def main(argv: list[str] | None = None) -> None:
     args = worker_args(argv, __doc__)
     mx.random.seed(1)
     np.random.seed(1)
-    net = build_model()
+    net = build_model(args.model)
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())  # type: ignore[attr-defined]
     net.hybridize(static_alloc=True, static_shape=True)  # type: ignore[attr-defined]
-    store = autobyte_mx.AutoByte(model_name="demo_cnn")
+    if args.baseline:  # MXNet's own dist_sync
+        store: Any = mx.kv.create("dist_sync")  # type: ignore[attr-defined]
+        window = args.window or Config.from_env().window_steps
+        describe: Callable[[], str] = functools.partial(str, "baseline (dist_sync)")
+        tuning: Any = "off (baseline)"
+    else:
+        store = autobyte_mx.AutoByte(model_name=f"demo_{args.model}")
+        window = args.window or store.config.window_steps
+        describe = functools.partial(lambda s: s.config.describe(), store)
+        tuning = store.tuning.enabled or store.tuning.why_disabled
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd",  # type: ignore[attr-defined]
                                {"learning_rate": 0.01, "momentum": 0.9}, kvstore=store)
     rank, workers = store.rank, store.num_workers
@@ -59,32 +79,30 @@ def main(argv: list[str] | None = None) -> None:
           for _ in range(8)]
     ys = [mx.nd.array(rng.integers(0, CLASSES, args.batch)) for _ in range(8)]
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
-    tuning = store.tuning
     emit("start", framework="mxnet", rank=rank, workers=workers, steps=args.steps,
-         config=store.config.describe(), tuning=tuning.enabled or tuning.why_disabled)
-    times: list[float] = []
-    began = time.perf_counter()
+         model=args.model, config=describe(), tuning=tuning)
+    meter = WindowMeter(args.batch * workers)
     for step in range(1, args.steps + 1):
+        meter.begin()
         x, y = xs[step % 8], ys[step % 8]
         with mx.autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(args.batch)
         loss.wait_to_read()  # this step's compute is done (its communication overlaps on)
-        now = time.perf_counter()
-        times.append(now - began)
-        began = now
-        if rank == 0 and step % store.config.window_steps == 0:
-            emit("progress", step=step, samples_per_s=args.batch * workers /
-                 statistics.median(times), config=store.config.describe())
-            times.clear()
+        if rank == 0:
+            meter.end(step, window, describe())
+        knobs = None if args.baseline else sweep_config(args.sweep, args.sweep_steps, step)
+        if knobs is not None:
+            store.reconfigure(store.config.replace(partition_bytes=knobs[0],
+                                                   credit_bytes=knobs[1]))
     mx.nd.waitall()
     checksum = float(sum(np.sum(p.data().asnumpy(), dtype=np.float64)
                          for p in net.collect_params().values()))  # type: ignore[attr-defined]
-    emit("done", rank=rank, steps=store.step, config=store.config.describe(),
-         checksum=checksum)
+    emit("done", rank=rank, steps=args.steps, config=describe(), checksum=checksum)
     store.barrier()
-    store.close()
+    if not args.baseline:
+        store.close()
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ worker prints a ``done`` record with a checksum of its weights, which must agree
 
 from __future__ import annotations
 
+import functools
 import os
-import statistics
-import time
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -19,77 +19,97 @@ import numpy as np
 import tensorflow as tf
 
 from autobyte_tf import AutoByteStrategy
-from common.progress import emit, worker_args
+from common.config import Config
+from common.progress import WindowMeter, emit, sweep_config, worker_args
 
 INPUT = (28, 28, 1)
 CLASSES = 10
 
 
-def build_model() -> Any:
-    """About 0.33 M parameters (1.3 MB of gradients): communication-bound below ~1 Gbit/s."""
-    return keras.Sequential([
-        keras.Input(INPUT),
-        keras.layers.Conv2D(16, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(CLASSES),
-    ], name="demo_cnn")
+def build_model(name: str = "cnn") -> Any:
+    """cnn: about 0.33 M parameters (1.3 MB of gradients), communication-bound below ~1 Gbit/s;
+    mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute."""
+    layers = keras.layers
+    body = {
+        "cnn": [layers.Conv2D(16, 3, activation="relu"), layers.MaxPooling2D(),
+                layers.Conv2D(32, 3, activation="relu"), layers.MaxPooling2D(),
+                layers.Flatten(), layers.Dense(256, activation="relu")],
+        "mlp": [layers.Flatten(), layers.Dense(1024, activation="relu"),
+                layers.Dense(1024, activation="relu"), layers.Dense(1024, activation="relu")],
+        "deep": [layers.Conv2D(32, 3, activation="relu"), layers.Conv2D(32, 3, activation="relu"),
+                 layers.MaxPooling2D(), layers.Conv2D(64, 3, activation="relu"),
+                 layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(),
+                 layers.Flatten(), layers.Dense(512, activation="relu")],
+    }[name]
+    return keras.Sequential([keras.Input(INPUT), *body, layers.Dense(CLASSES)],
+                            name=f"demo_{name}")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = worker_args(argv, __doc__)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    strategy = AutoByteStrategy(model_name="demo_cnn")
+    if args.baseline:  # plain MultiWorkerMirroredStrategy, with the same Keras fixes
+        from autobyte_tf import keras_compat
+
+        strategy: Any = tf.distribute.MultiWorkerMirroredStrategy()
+        keras_compat.install()
+        rank = int(strategy.extended._id_in_cluster or 0)
+        workers = int(strategy.extended._num_workers)
+        window = args.window or Config.from_env().window_steps
+        describe: Callable[[], str] = functools.partial(str, "baseline (MWMS)")
+        tuning: Any = "off (baseline)"
+    else:
+        strategy = AutoByteStrategy(model_name=f"demo_{args.model}")
+        rank, workers = strategy.rank, strategy.num_workers
+        window = args.window or strategy.config.window_steps
+        describe = functools.partial(lambda s: s.config.describe(), strategy)
+        tuning = strategy.tuning.enabled or strategy.tuning.why_disabled
     keras.utils.set_random_seed(1)
     with strategy.scope():
-        model = build_model()
+        model = build_model(args.model)
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rng = np.random.default_rng(strategy.rank)
+    rng = np.random.default_rng(rank)
     x = rng.normal(size=(8 * args.batch, *INPUT)).astype("float32")
     y = rng.integers(0, CLASSES, len(x))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    global_batch = args.batch * strategy.num_workers  # Keras splits it across the workers
+    global_batch = args.batch * workers  # Keras splits it across the workers
     data = (tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
             .with_options(options))
-    emit("start", framework="tensorflow", rank=strategy.rank, workers=strategy.num_workers,
-         steps=args.steps, config=strategy.config.describe(),
-         tuning=strategy.tuning.enabled or strategy.tuning.why_disabled)
+    emit("start", framework="tensorflow", rank=rank, workers=workers, steps=args.steps,
+         model=args.model, config=describe(), tuning=tuning)
     model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0,
-              callbacks=[_Progress(strategy, global_batch)])
+              callbacks=[_Progress(rank, window, describe, WindowMeter(global_batch),
+                                   sweep=None if args.baseline else (strategy, args))])
     checksum = float(sum(np.sum(v.numpy(), dtype=np.float64) for v in model.trainable_variables))
-    emit("done", rank=strategy.rank, steps=strategy.step, config=strategy.config.describe(),
-         checksum=checksum)
-    strategy.close()
+    emit("done", rank=rank, steps=args.steps, config=describe(), checksum=checksum)
+    if not args.baseline:
+        strategy.close()
 
 
 class _Progress(keras.callbacks.Callback):  # type: ignore[misc]
-    """Rank 0: the median step of each window (a retrace does not count) and the configuration
-    in force."""
+    """Rank 0: one progress record per window (``WindowMeter``) with the configuration in
+    force."""
 
-    def __init__(self, strategy: Any, global_batch: int) -> None:
+    def __init__(self, rank: int, window: int, describe: Callable[[], str],
+                 meter: WindowMeter, sweep: tuple[Any, Any] | None = None) -> None:
         super().__init__()
-        self._strategy, self._batch = strategy, global_batch
-        self._times: list[float] = []
-        self._began = 0.0
+        self._rank, self._window, self._describe, self._meter = rank, window, describe, meter
+        self._sweep = sweep
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self._began = time.perf_counter()
+        self._meter.begin()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        strategy, step = self._strategy, batch + 1
-        if strategy.rank != 0:
-            return
-        self._times.append(time.perf_counter() - self._began)
-        if step % strategy.config.window_steps == 0:
-            emit("progress", step=step, samples_per_s=self._batch / statistics.median(self._times),
-                 config=strategy.config.describe())
-            self._times.clear()
+        if self._rank == 0:
+            self._meter.end(batch + 1, self._window, self._describe())
+        if self._sweep is not None:
+            strategy, args = self._sweep
+            knobs = sweep_config(args.sweep, args.sweep_steps, batch + 1)
+            if knobs is not None:
+                strategy.reconfigure(partition_bytes=knobs[0], credit_bytes=knobs[1])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ ENV_PREFIX = "AUTOBYTE_"
 MIN_PARTITION_BYTES = 4 * 1024
 MAX_PARTITION_BYTES = 1024**3
 MAX_CREDIT_BYTES = 16 * 1024**3
-TUNERS = ("none", "default", "grid", "bayesian", "meta")
+TUNERS = ("none", "observe", "default", "grid", "bayesian", "meta")
 
 # AUTOBYTE_* variables read elsewhere (not Config fields); listed so a typo can be reported.
 _OTHER_ENV_VARS = {

@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
+import time
 from typing import Any
 
-__all__ = ["MARK", "emit", "parse", "worker_args"]
+__all__ = ["MARK", "MODELS", "WindowMeter", "emit", "parse", "parse_sweep", "sweep_config",
+           "worker_args"]
 
 MARK = "AUTOBYTE-PROGRESS "
 
@@ -35,12 +38,91 @@ def parse(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "kind" in record else None
 
 
+MODELS = ("cnn", "mlp", "deep")
+
+
+class WindowMeter:
+    """Rank 0's progress per window of steps: the median step's speed (robust to a retrace),
+    the window's mean speed (samples over wall time, what a user gets) and the process's CPU
+    seconds per step."""
+
+    def __init__(self, samples_per_step: int) -> None:
+        self.samples_per_step = samples_per_step
+        self.times: list[float] = []
+        self.started = time.perf_counter()
+        self.window_began = self.started
+        self.cpu_began = time.process_time()
+        self.step_began = self.started
+
+    def begin(self) -> None:
+        self.step_began = time.perf_counter()
+
+    def end(self, step: int, window: int, config: str) -> None:
+        now = time.perf_counter()
+        self.times.append(now - self.step_began)
+        if step % window:
+            return
+        cpu = time.process_time()
+        wall = now - self.window_began
+        emit("progress", step=step, samples_per_s=self.samples_per_step /
+             statistics.median(self.times),
+             mean_samples_per_s=self.samples_per_step * len(self.times) / wall if wall > 0
+             else 0.0, cpu_s_per_step=(cpu - self.cpu_began) / len(self.times),
+             elapsed_s=now - self.started, config=config)
+        self.times.clear()
+        self.window_began, self.cpu_began = now, cpu
+
+
+def parse_sweep(text: str) -> list[tuple[int, int]]:
+    """"64KiB:256KiB,1MiB:1MiB" -> [(65536, 262144), (1048576, 1048576)] (checked sizes)."""
+    from common.config import Config
+    from common.errors import ConfigError
+    from common.units import parse_bytes
+
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        partition, sep, credit = item.partition(":")
+        try:
+            config = Config(partition_bytes=parse_bytes(partition, "sweep partition"),
+                            credit_bytes=parse_bytes(credit if sep else partition,
+                                                     "sweep credit"))
+        except ConfigError as exc:
+            raise ValueError(f"--sweep item {item!r}: {exc}") from None
+        out.append((config.partition_bytes, config.credit_bytes))
+    return out
+
+
+def sweep_config(sweep: list[tuple[int, int]], every: int, step: int) -> tuple[int, int] | None:
+    """The sweep's configuration to ask for after ``step`` (None when nothing changes then)."""
+    if not sweep or step % every or step // every >= len(sweep):
+        return None
+    return sweep[step // every]
+
+
 def worker_args(argv: list[str] | None, description: str | None) -> argparse.Namespace:
     """The command line of a demo worker (both adapters' ``demo`` modules), logging at INFO."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch", type=int, default=32, help="per worker")
+    parser.add_argument("--model", choices=MODELS, default="cnn",
+                        help="cnn (0.33 M parameters), mlp (3.2 M, communication-bound) or "
+                             "deep (1.2 M, more layers and compute)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="steps per progress record (default: the job's window_steps)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="the framework's own all-reduce / dist_sync, no AutoByte")
+    parser.add_argument("--sweep", default="", metavar="P:C,P:C,...",
+                        help="configurations to switch through, one every --sweep-steps steps "
+                             "(a measured grid; use with AUTOBYTE_TUNER=none)")
+    parser.add_argument("--sweep-steps", type=int, default=20)
     args = parser.parse_args(argv)
+    try:
+        args.sweep = parse_sweep(args.sweep)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.steps < 1 or args.batch < 1 or args.window < 0:
+        parser.error(f"--steps and --batch must be >= 1 and --window >= 0, got "
+                     f"steps={args.steps}, batch={args.batch}, window={args.window}")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return args

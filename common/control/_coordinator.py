@@ -243,5 +243,5 @@ class Coordinator:
 def _tuner_name(tuner: TunerLike | None, requested: str) -> str:
     """The tuner actually built (``meta`` may have fallen back to ``bayesian``)."""
     if tuner is None:
-        return "none"
+        return "observe" if requested == "observe" else "none"
     return str(getattr(tuner, "name", "") or requested or type(tuner).__name__)

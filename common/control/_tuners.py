@@ -18,12 +18,13 @@ log = logging.getLogger(__name__)
 
 def make_tuner(name: str, *, seed: int = 0, space: Any = None,
                base: Config | None = None) -> TunerLike | None:
-    """``common.tuners.create(name, space=..., seed=..., base=...)``; None for "none".
+    """``common.tuners.create(name, space=..., seed=..., base=...)``; None for "none" and for
+    "observe" (the coordinator runs and logs every window, and never changes anything).
 
     ``base`` is the job's Config: proposals keep its fields other than the two knobs. When the
     meta-network cannot be built, Bayesian optimisation takes its place, with a warning.
     """
-    if name == "none":
+    if name in ("none", "observe"):
         return None
     try:
         tuners: Any = importlib.import_module("common.tuners")
