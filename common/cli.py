@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 # Subcommand modules under common/commands, in the order `autobyte --help` lists them.
 COMMANDS: tuple[str, ...] = ("demo", "simulate", "testbed", "launch", "coordinator", "report",
-                             "meta")
+                             "meta", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,114 @@
+"""``autobyte bench``: the paper's evaluation, one experiment or all of them.
+
+    autobyte bench all --quick          # every experiment, reduced (about 20 minutes here)
+    autobyte bench convergence          # one experiment: convergence, dynamic, joining,
+                                        # sweep, overhead (testbed), scale (simulated)
+
+Each experiment trains real jobs on the local testbed (root: hosts in network namespaces with
+shaped links; otherwise loopback, unshaped, and the rates mean nothing: it says so), prints a
+table, and writes <out>/<experiment>.csv and .png; ``all`` also writes <out>/SUMMARY.md with
+the date and the machine. What each experiment runs: ``common/bench/_experiments.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+TESTBED = ("convergence", "dynamic", "joining", "sweep", "overhead")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="the paper's evaluation on the testbed (CSV, PNG, "
+                              "table)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("experiment", choices=(*TESTBED, "scale", "all"))
+    p.add_argument("--quick", action="store_true",
+                   help="the reduced version (one model, two rates, shorter jobs)")
+    p.add_argument("--out", default="runs/bench", help="folder for CSV, PNG, logs (runs/bench)")
+    p.set_defaults(func=_run)
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from common.bench._experiments import EXPERIMENTS, Plan
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = [*TESTBED, "scale"] if args.experiment == "all" else [args.experiment]
+    if any(n in TESTBED for n in names) and os.geteuid() != 0:
+        print("autobyte bench: not root, so the testbed is loopback without shaping: the rates "
+              "below are not applied and the comparison says little about networks")
+    plan = Plan.make(args.quick, out)
+    started = time.perf_counter()
+    summary = [f"# AutoByte evaluation ({'quick' if args.quick else 'full'})", "",
+               f"{time.strftime('%Y-%m-%d %H:%M')} on {_machine()}; "
+               f"`autobyte bench {args.experiment}{' --quick' if args.quick else ''}`", ""]
+    for i, name in enumerate(names, start=1):
+        print(f"\n== [{i}/{len(names)}] {name}  ({time.perf_counter() - started:.0f} s so far)",
+              flush=True)
+        if name == "scale":
+            summary += _scale(out, args.quick)
+            continue
+        result = EXPERIMENTS[name](plan)
+        csv_path = out / f"{name}.csv"
+        _write_csv(result.rows, csv_path)
+        png = out / f"{name}.png"
+        if result.plot is not None:
+            result.plot(png)
+        print(result.table)
+        for note in result.notes:
+            print(f"  {note}")
+        print(f"  wrote {csv_path}" + (f" and {png}" if result.plot is not None else ""))
+        summary += [f"## {name}", "", "```", result.table, "```", "",
+                    *[f"- {n}" for n in result.notes], ""]
+    took = time.perf_counter() - started
+    print(f"\nautobyte bench {args.experiment}: {took / 60:.1f} min")
+    if args.experiment == "all":
+        summary.append(f"Took {took / 60:.1f} min.")
+        (out / "SUMMARY.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+        print(f"wrote {out / 'SUMMARY.md'}")
+    return 0
+
+
+def _scale(out: Path, quick: bool) -> list[str]:
+    import contextlib
+    import io
+
+    from common.bench._scale import main as scale_main
+
+    argv = ["--out", str(out)] + (["--workers", "8,32,128", "--models", "resnet50,vgg16"]
+                                  if quick else [])
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        scale_main(argv)
+    text = buffer.getvalue()
+    print(text)
+    return ["## scale (simulated)", "", "```", text.strip(), "```", ""]
+
+
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)

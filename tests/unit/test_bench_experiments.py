@@ -1,0 +1,62 @@
+"""The evaluation's arithmetic without processes: BO over a measured grid, tables, CSV."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from common.bench import JobRun, JobSpec, Window, knobs_label
+from common.bench._experiments import Plan, _fmt, bo_static, grid_configs, steady, throughput
+from common.commands.bench import _write_csv
+
+K = 1024
+
+
+def _measured(plan: Plan, best: tuple[int, int]) -> dict[str, float]:
+    """A smooth grid whose optimum is ``best`` (speed falls with distance from it)."""
+    out = {}
+    for p, c in grid_configs(plan):
+        distance = abs(p.bit_length() - best[0].bit_length()) + abs(c // p - best[1] // best[0])
+        out[knobs_label(p, c)] = 1000.0 / (1 + distance)
+    return out
+
+
+def test_grid_is_the_product_of_partitions_and_multiples() -> None:
+    plan = Plan()
+    configs = grid_configs(plan)
+    assert len(configs) == len(plan.partitions) * len(plan.multiples) == 15
+    assert all(c >= p for p, c in configs)
+
+
+@pytest.mark.parametrize("best", [(64 * K, 256 * K), (4096 * K, 4096 * K)])
+def test_bo_static_finds_a_good_configuration_of_the_measured_grid(best: tuple[int, int]
+                                                                   ) -> None:
+    plan = Plan()
+    measured = _measured(plan, best)
+    pick, evaluations = bo_static(measured, plan, budget=10)
+    assert measured[knobs_label(*pick)] >= 0.5 * max(measured.values())
+    assert 1 <= evaluations <= 11
+    if evaluations <= 10:  # it saw a configuration within 5% of the optimum
+        assert measured[knobs_label(*pick)] >= 0.95 * max(measured.values())
+
+
+def test_steady_and_throughput_leave_out_the_start() -> None:
+    spec = JobSpec("j", steps=20, window=5)
+    windows = [Window(1, 5, 10.0, 10.0, 0.0, "a", "r"), Window(6, 10, 100.0, 50.0, 0.0, "a", "r"),
+               Window(11, 15, 200.0, 100.0, 0.0, "a", "r"),
+               Window(16, 20, 300.0, 100.0, 0.0, "a", "r")]
+    run = JobRun(spec, windows, 1.0, None)
+    assert steady(run) == 250.0  # windows after step 10
+    assert throughput(run) == pytest.approx(15 / (5 / 50 + 5 / 100 + 5 / 100))
+
+
+def test_table_and_csv_hold_every_column(tmp_path: Path) -> None:
+    rows = [{"a": 1.23456, "b": "x"}, {"a": 2.0, "c": 3}]
+    table = _fmt(rows, ["a", "b", "c"])
+    assert "1.235" in table and "x" in table and table.count("\n") == 3
+    _write_csv(rows, tmp_path / "t.csv")
+    with (tmp_path / "t.csv").open() as f:
+        back = list(csv.DictReader(f))
+    assert back == [{"a": "1.23456", "b": "x", "c": ""}, {"a": "2.0", "b": "", "c": "3"}]
