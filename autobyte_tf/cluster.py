@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common.errors import ConfigError
 
-__all__ = ["ClusterInfo", "check_no_auto_jit", "parse_tf_config"]
+__all__ = ["ClusterInfo", "check_no_auto_jit", "file_barrier", "parse_tf_config"]
 
 _HOW = ("set TF_CONFIG as for MultiWorkerMirroredStrategy, e.g. "
         '{"cluster": {"worker": ["host1:port", "host2:port"]}, '
@@ -93,3 +94,24 @@ def _addresses(cluster: Mapping[str, object], role: str) -> list[str]:
             raise ConfigError(f"TF_CONFIG cluster[{role!r}] address must be 'host:port' with a "
                               f"port in 1..65535, got {address!r}")
     return value
+
+
+def file_barrier(directory: str | os.PathLike[str], rank: int, workers: int, *,
+                 timeout: float = 60.0) -> None:
+    """Wait until all ``workers`` processes (sharing a filesystem) have called this.
+
+    For a process that makes several MultiWorkerMirroredStrategy-based strategies: each one
+    re-initialises TensorFlow's collective runtime, so every worker must have made all of them
+    before any worker runs a collective. ``directory`` is fresh and shared by the job.
+    """
+    from pathlib import Path
+
+    folder = Path(directory)
+    (folder / f"ready{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("ready*"))) < workers:
+        if time.monotonic() > deadline:
+            raise ConfigError(f"worker {rank}: only {len(list(folder.glob('ready*')))} of "
+                              f"{workers} workers reached the barrier in {folder} within "
+                              f"{timeout:g} s")
+        time.sleep(0.05)

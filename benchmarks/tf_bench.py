@@ -18,6 +18,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -79,6 +80,7 @@ def worker(args: argparse.Namespace) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(2)
     import autobyte_tf
     from autobyte_tf import keras_compat
+    from autobyte_tf.cluster import file_barrier
 
     plain = tf.distribute.MultiWorkerMirroredStrategy()
     keras_compat.install()  # Keras 3 fit under plain MWMS needs the #20585 fixes too
@@ -88,6 +90,10 @@ def worker(args: argparse.Namespace) -> None:
         strategies[variant] = autobyte_tf.AutoByteStrategy(
             partition_bytes=partition, credit_bytes=credit, window_steps=2, sample_every=50,
             bandwidth=args.rate)
+    # every worker makes all its strategies before any collective runs (each one
+    # re-initialises TF's collective runtime)
+    file_barrier(os.environ["TF_BENCH_BARRIER"], strategies["good"].rank,
+                 strategies["good"].num_workers)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch * 4, 32, 32, 3)).astype("float32")
     y = rng.integers(0, 10, args.batch * 4)
@@ -143,11 +149,12 @@ def orchestrate(args: argparse.Namespace) -> int:
                 "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--good", args.good,
                 "--poor", args.poor]
         started = time.perf_counter()
-        with Testbed(hosts=2, rate=rate) as tb:
+        with Testbed(hosts=2, rate=rate) as tb, tempfile.TemporaryDirectory() as barrier:
             result = launch(framework="tensorflow", command=argv, workers=2, testbed=tb,
                             timeout=args.timeout, stream=None,
                             env={"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-                                 "AUTOBYTE_TUNER": "none"})  # fixed configurations
+                                 "AUTOBYTE_TUNER": "none",  # fixed configurations
+                                 "TF_BENCH_BARRIER": barrier})
             shaped = tb.shaped
         if result.returncode != 0:
             for name, proc in result.processes.items():

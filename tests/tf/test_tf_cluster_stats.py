@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
+from autobyte_tf.cluster import check_no_auto_jit, file_barrier, parse_tf_config
 from autobyte_tf.control import Controller, SteppedFunction
 from autobyte_tf.planning import TensorInfo
 from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
@@ -228,3 +231,17 @@ def test_a_bias_joins_the_layer_of_the_kernel_before_it() -> None:
     assert layers == [0, 0, 0, 0, 1, 1, 2]
     assert per_layer([1.0, 0.5, 0.25, 0.25, 2.0, 1.0, 3.0], layers) == [2.0, 3.0, 3.0]
     assert layer_of([1, 2]) == [0, 1] and per_layer([], []) == []
+
+
+def test_file_barrier_waits_for_every_worker(tmp_path: Path) -> None:
+    done: list[int] = []
+    late = threading.Thread(target=lambda: (time.sleep(0.3), file_barrier(tmp_path, 1, 2),
+                                            done.append(1)))
+    late.start()
+    began = time.monotonic()
+    file_barrier(tmp_path, 0, 2)
+    assert time.monotonic() - began >= 0.25  # it waited for worker 1
+    late.join(5)
+    assert done == [1]
+    with pytest.raises(ConfigError, match=r"only 2 of 3 workers reached the barrier"):
+        file_barrier(tmp_path, 0, 3, timeout=0.2)

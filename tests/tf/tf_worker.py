@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,6 +22,7 @@ import tensorflow as tf
 from numpy.typing import NDArray
 
 import autobyte_tf
+from autobyte_tf.cluster import file_barrier
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -96,7 +95,7 @@ def main() -> None:
          {"partition_bytes": "16KiB", "credit_bytes": "16KiB"}),
     ]
     rank = first.rank
-    file_barrier(Path(os.environ["TF_TEST_BARRIER"]), rank, first.num_workers)
+    file_barrier(os.environ["TF_TEST_BARRIER"], rank, first.num_workers)
     data = dataset(rank)
     ref = build(plain)
     ref.fit(data, epochs=1, verbose=0)
@@ -126,17 +125,6 @@ def main() -> None:
                                           custom_loop(plain, tf.function, data))
     out["jit_error"] = jit_error(custom, data)
     print("RESULT " + json.dumps(out), flush=True)
-
-
-def file_barrier(directory: Path, rank: int, workers: int, timeout: float = 60.0) -> None:
-    """Wait until every worker has reached this point (all processes share the filesystem)."""
-    (directory / f"ready{rank}").touch()
-    deadline = time.monotonic() + timeout
-    while len(list(directory.glob("ready*"))) < workers:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"worker {rank}: the others did not reach the barrier in "
-                               f"{timeout:g} s")
-        time.sleep(0.05)
 
 
 def jit_error(strategy: Any, data: Any) -> str:
