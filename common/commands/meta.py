@@ -4,10 +4,18 @@
     autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v1.npz
     autobyte meta train --data datasets/sim_train_v1.npz --out common/meta/pretrained.keras
     autobyte meta eval --data datasets/sim_holdout_v1.npz
+    autobyte meta collect --run --out runs/testbed.npz        # real runs (root: shaped links)
+    autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
+    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v1.npz \
+        --data datasets/testbed_v1.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
 
 ``--holdout`` draws only what training never sees (DenseNet-121, random layer profiles from
 another stream, 2-5 Gbit/s links); ``--grid`` runs every candidate of the tuner's search space
 per job, so eval can compare the configuration the model picks with the best one.
+
+Testbed data (``collect``) is used as the tuner uses it: the statistics of each window score
+every configuration its run swept ("as deployed"); ``--holdout-runs`` keeps whole runs out of
+training and evaluates on them after.
 """
 
 from __future__ import annotations
@@ -50,11 +58,49 @@ def register(subparsers: Any) -> None:
     tr.add_argument("--epochs", type=int, default=60)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--eval", dest="eval_data", help="held-out dataset to evaluate on after")
+    tr.add_argument("--init", help="fine-tune this model file (e.g. common/meta/pretrained"
+                    ".keras) instead of training a new network")
+    tr.add_argument("--holdout-runs", action="append", default=[], metavar="PATTERN",
+                    help="testbed runs (shell pattern on job_run, e.g. '*-300mbit/*') left out "
+                    "of training and evaluated after (repeatable)")
+    tr.add_argument("--testbed-weight", type=float, default=1.0,
+                    help="loss weight of a testbed row against a simulated one")
+    tr.add_argument("--learning-rate", type=float,
+                    help="default 2e-3 for a new network, 3e-4 with --init")
     tr.set_defaults(func=_train)
+
+    co = sub.add_parser(
+        "collect", help="testbed data: decision logs of real runs -> a dataset",
+        description="Turn the windows of real jobs' decision logs into a dataset (source "
+        "testbed). --from-logs reads existing logs; --run first runs sweep jobs of the demo "
+        "workers on the testbed (each switches through fixed configurations; root for shaped "
+        "links), one framework x model x rate at a time.")
+    what = co.add_mutually_exclusive_group(required=True)
+    what.add_argument("--from-logs", nargs="+", metavar="PATH",
+                      help="decision logs, or folders searched for decisions-*.jsonl")
+    what.add_argument("--run", action="store_true", help="run sweep jobs, then convert their logs")
+    co.add_argument("--out", required=True, help="dataset .npz to write")
+    co.add_argument("--servers", type=int, default=1,
+                    help="parameter servers of the logged PS jobs (default 1, as --run uses)")
+    co.add_argument("--frameworks", default="tensorflow,mxnet", help="--run: comma-separated")
+    co.add_argument("--models", default="cnn,mlp,deep", help="--run: demo models, comma-separated")
+    co.add_argument("--rates", default="50mbit,100mbit,300mbit,1gbit",
+                    help="--run: link rates, comma-separated")
+    co.add_argument("--max-configs", type=int, default=12,
+                    help="--run: most configurations one job sweeps (at least 4)")
+    co.add_argument("--budget", type=float, default=30.0,
+                    help="--run: seconds of training per job the sweep is sized to (estimated)")
+    co.add_argument("--seed", type=int, default=0, help="--run: which configurations are drawn")
+    co.add_argument("--logs", help="--run: folder for the jobs' logs (default runs/collect-<time>)")
+    co.add_argument("--timeout", type=float, default=300.0, help="--run: seconds per job")
+    co.add_argument("--quiet", action="store_true", help="--run: no line per window")
+    co.set_defaults(func=_collect)
 
     ev = sub.add_parser("eval", help="held-out quality and inference time of a model")
     ev.add_argument("--model", help="model file (default: the pretrained model)")
     ev.add_argument("--data", default="datasets/sim_holdout_v1.npz", help="dataset .npz")
+    ev.add_argument("--runs", action="append", metavar="PATTERN",
+                    help="only the testbed runs matching (shell pattern on job_run; repeatable)")
     ev.set_defaults(func=_eval)
 
 
@@ -96,6 +142,58 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split(text: str, name: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"{name} must list at least one value, got {name}={text!r}")
+    return items
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from common.meta import Dataset
+    from common.meta._collect import run_sweeps, samples_from_logs, sweep_plan
+
+    if args.servers < 1:
+        raise ConfigError(f"--servers must be >= 1, got --servers={args.servers}")
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        raise ConfigError(f"--out must name a .npz file, got --out={args.out}")
+    failed: list[str] = []
+    t0 = time.monotonic()
+    if args.run:
+        if not args.timeout > 0:
+            raise ConfigError(f"--timeout must be > 0 seconds, got --timeout={args.timeout}")
+        jobs = sweep_plan(frameworks=_split(args.frameworks, "--frameworks"),
+                          models=_split(args.models, "--models"),
+                          rates=_split(args.rates, "--rates"), max_configs=args.max_configs,
+                          budget_s=args.budget, seed=args.seed)
+        logs_dir = Path(args.logs or time.strftime("runs/collect-%Y%m%d-%H%M%S"))
+        _say(f"collect: {len(jobs)} sweep jobs, {sum(len(j.configs) for j in jobs)} "
+             f"configurations, logs in {logs_dir}")
+        logs, failed = run_sweeps(jobs, out=logs_dir, timeout=args.timeout,
+                                  echo=not args.quiet, say=_say)
+        for line in failed:
+            _say(f"collect: FAILED {line}")
+        if not logs:
+            raise ConfigError(f"no sweep job finished ({len(failed)} failed); nothing to write")
+        paths: list[str] = [str(p) for p in logs]
+    else:
+        paths = args.from_logs
+    got = samples_from_logs(paths, servers=args.servers)
+    _say(f"collect: {got.describe()}")
+    if not got.samples:
+        raise ConfigError(f"no usable windows in {', '.join(map(str, paths))}: "
+                          f"{got.describe()}")
+    data = Dataset.from_samples(got.samples, source="testbed", runs=got.runs)
+    path = data.save(out)
+    print(f"wrote {path}: {len(set(got.runs))} runs, {len(data)} samples "
+          f"({path.stat().st_size / 1e3:.0f} kB) after {time.monotonic() - t0:.0f} s"
+          + (f"; {len(failed)} job(s) failed" if failed else ""))
+    return 1 if failed else 0
+
+
 def _load_sets(paths: list[str]) -> Any:
     from common.meta import Dataset
 
@@ -104,32 +202,97 @@ def _load_sets(paths: list[str]) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from common.meta import evaluate, train
+    from common.meta import MetaModel, fine_tune, train
 
     data = _load_sets(args.data or ["datasets/sim_train_v1.npz"])
-    _say(f"train: {data.num_jobs} jobs, {len(data)} samples, up to {args.epochs} epochs")
+    held = None
+    if args.holdout_runs:
+        held = _match_runs(data, args.holdout_runs)
+        if held.num_jobs == 0:
+            raise ConfigError(f"--holdout-runs {args.holdout_runs} match no run of the data "
+                              f"(runs: {', '.join(data.runs()) or 'none'})")
+        data = data.select_jobs(~_run_mask(data, args.holdout_runs))
+        _say(f"train: holding out {len(held.runs())} testbed run(s): {', '.join(held.runs())}")
+    if not len(data):
+        raise ConfigError("no training samples left")
+    testbed = int((data["job_source"] == "testbed").sum())
+    data = data.as_deployed()
+    _say(f"train: {data.num_jobs} jobs ({testbed} testbed windows, each scoring its run's "
+         f"configurations), {len(data)} samples, up to {args.epochs} epochs")
+    report = lambda s: _say(f"train: {s}")  # noqa: E731
     t0 = time.monotonic()
-    model = train(data, epochs=args.epochs, seed=args.seed, report=lambda s: _say(f"train: {s}"))
+    if args.init:
+        base = MetaModel.load(args.init)
+        model = fine_tune(base, data, epochs=args.epochs, seed=args.seed,
+                          learning_rate=args.learning_rate or 3e-4, report=report,
+                          testbed_weight=args.testbed_weight)
+    else:
+        model = train(data, epochs=args.epochs, seed=args.seed,
+                      learning_rate=args.learning_rate or 2e-3, report=report,
+                      testbed_weight=args.testbed_weight)
     path = model.save(args.out)
     print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB) after "
           f"{time.monotonic() - t0:.0f} s")
     if args.eval_data:
         print(f"held-out ({args.eval_data}, simulated): "
-              f"{evaluate(model, _load_sets([args.eval_data])).describe()}")
+              f"{_describe(model, _load_sets([args.eval_data]))}")
+    if held is not None:
+        print(f"held-out testbed runs ({', '.join(args.holdout_runs)}): "
+              f"{_describe(model, held)}")
     return 0
+
+
+def _run_mask(data: Any, patterns: list[str]) -> Any:
+    import fnmatch
+
+    import numpy as np
+
+    return np.array([bool(r) and any(fnmatch.fnmatchcase(r, p) for p in patterns)
+                     for r in data["job_run"].tolist()], dtype=bool)
+
+
+def _match_runs(data: Any, patterns: list[str]) -> Any:
+    return data.select_jobs(_run_mask(data, patterns))
+
+
+def _describe(model: Any, data: Any, *, per_run: bool = False) -> str:
+    """Simulated jobs as they are; testbed runs as deployed (each window's statistics score
+    every configuration of its run), plus each window scored with its own statistics."""
+    from common.meta import evaluate
+
+    lines = []
+    sim = data.select_jobs(data["job_run"] == "")
+    if sim.num_jobs:
+        lines.append(evaluate(model, sim).describe())
+    runs = data.runs()
+    if runs:
+        real = data.select_jobs(data["job_run"] != "")
+        deployed = evaluate(model, real.as_deployed())
+        own = evaluate(model, real)
+        lines.append(f"testbed, {len(runs)} runs as deployed: {deployed.describe()}; each "
+                     f"window with its own statistics: MAPE {100 * own.mape:.1f}%")
+        if per_run:
+            for run in runs:
+                one = evaluate(model, real.select_runs(run).as_deployed())
+                lines.append(f"  {run}: {one.describe()}")
+    return "\n".join(lines)
 
 
 def _eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from common.meta import MetaModel, evaluate
+    from common.meta import MetaModel
     from common.tuners import SearchSpace
 
     model = MetaModel.load(args.model)
     data = _load_sets([args.data])
-    report = evaluate(model, data)
+    if args.runs:
+        data = _match_runs(data, args.runs)
+        if data.num_jobs == 0:
+            raise ConfigError(f"--runs {args.runs} match no run of {args.data}")
     sources = sorted(set(data["job_source"].tolist()))
-    print(f"{args.data} (source: {', '.join(sources)}): {report.describe()}")
+    print(f"{args.data} (source: {', '.join(sources)}): "
+          f"{_describe(model, data, per_run=True)}")
     grid = np.array(list(SearchSpace()))
     job = data.job(0)
     model.predict(job, grid[:, 0], grid[:, 0] * grid[:, 1])  # compile once

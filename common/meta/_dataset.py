@@ -13,6 +13,7 @@ the best.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
@@ -38,13 +39,15 @@ SCHEDULE_CHUNKS = 8192
 HOLDOUT_MODELS: tuple[str, ...] = ("densenet121",)
 HOLDOUT_BANDWIDTH_BPS: tuple[float, float] = (2e9, 5e9)
 
-_JOB_STR = ("job_model", "job_source", "job_arch")
+_JOB_STR = ("job_model", "job_source", "job_arch", "job_run")
 _JOB_NUM = ("job_workers", "job_servers", "job_batch_size", "job_bandwidth_down_bps",
             "job_bandwidth_up_bps", "job_layer_start", "job_layer_count")
 _LAYER = ("layer_backward_s", "layer_bytes")
 _SAMPLE = ("sample_job", "partition_bytes", "credit_bytes", "speed", "iteration_s",
            "lower_bound_s")
 COLUMNS = _JOB_STR + _JOB_NUM + _LAYER + _SAMPLE
+# may be absent (files written before it existed): read as ""
+OPTIONAL = ("job_run",)
 
 Progress = Callable[[int, int], None]
 
@@ -56,9 +59,11 @@ class Dataset:
     columns: dict[str, npt.NDArray[Any]]
 
     def __post_init__(self) -> None:
-        missing = [c for c in COLUMNS if c not in self.columns]
+        missing = [c for c in COLUMNS if c not in self.columns and c not in OPTIONAL]
         if missing:
             raise ConfigError(f"dataset lacks columns {missing}")
+        if "job_run" not in self.columns:
+            self.columns["job_run"] = np.array([""] * len(self.columns["job_model"]), dtype=str)
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         return self.columns[name]
@@ -103,7 +108,7 @@ class Dataset:
         for j, part in enumerate(parts):
             count = len(part["layer_bytes"])
             for k in _JOB_STR + _JOB_NUM:
-                cols[k].append(part[k])
+                cols[k].append(part.get(k, "") if k in OPTIONAL else part[k])
             cols["job_layer_start"][-1], cols["job_layer_count"][-1] = start, count
             start += count
             for k in _LAYER + _SAMPLE[1:]:
@@ -145,17 +150,23 @@ class Dataset:
             raise ModelFileError(f"{path}: not a readable dataset ({exc})") from None
 
     @staticmethod
-    def from_samples(samples: Sequence[Sample], *, source: str = "testbed") -> Dataset:
+    def from_samples(samples: Sequence[Sample], *, source: str = "testbed",
+                     runs: Sequence[str] | None = None) -> Dataset:
         """Rows from observations of real runs (e.g. a decision log's windows); samples
-        with the same ``job`` (equal MetaInput) form one job."""
-        jobs: dict[MetaInput, list[Sample]] = {}
-        for s in samples:
-            jobs.setdefault(s.job, []).append(s)
+        with the same ``job`` (equal MetaInput) and run form one job. ``runs``: the run
+        (e.g. the decision log) of each sample, kept in ``job_run``."""
+        if runs is not None and len(runs) != len(samples):
+            raise ConfigError(f"runs must name one run per sample, got {len(runs)} runs for "
+                              f"{len(samples)} samples")
+        jobs: dict[tuple[str, MetaInput], list[Sample]] = {}
+        for i, s in enumerate(samples):
+            jobs.setdefault((runs[i] if runs is not None else "", s.job), []).append(s)
         parts = []
-        for job, rows in jobs.items():
+        for (run, job), rows in jobs.items():
             iteration = [job.workers * job.batch_size / s.speed for s in rows]
             parts.append({
                 "job_model": job.model, "job_source": source, "job_arch": job.arch,
+                "job_run": run,
                 "job_workers": job.workers, "job_servers": job.servers,
                 "job_batch_size": job.batch_size, "job_bandwidth_down_bps": job.bandwidth_down_bps,
                 "job_bandwidth_up_bps": job.bandwidth_up_bps, "job_layer_start": 0,
@@ -165,6 +176,41 @@ class Dataset:
                 "credit_bytes": [s.credit_bytes for s in rows],
                 "speed": [s.speed for s in rows], "iteration_s": iteration,
                 "lower_bound_s": [math.nan] * len(rows)})
+        return Dataset.from_parts(parts)
+
+    def runs(self) -> list[str]:
+        """The named runs (``job_run``), in order of first appearance."""
+        return list(dict.fromkeys(r for r in self["job_run"].tolist() if r))
+
+    def select_runs(self, pattern: str, *, keep: bool = True) -> Dataset:
+        """The jobs whose run matches the shell-style ``pattern`` (``keep=False``: all the
+        others, unnamed runs included)."""
+        names = self["job_run"].tolist()
+        match = np.array([bool(r) and fnmatch.fnmatchcase(r, pattern) for r in names],
+                         dtype=bool)
+        return self.select_jobs(match if keep else ~match)
+
+    def as_deployed(self) -> Dataset:
+        """Testbed windows paired as the tuner uses them: the tuner scores every candidate
+        with the statistics of the window in force, so each window of a run becomes a job
+        whose samples are every sampled configuration of that run (its own included).
+        Jobs without a run (the simulator's) are kept as they are."""
+        parts: list[dict[str, Any]] = []
+        by_run: dict[str, list[int]] = {}
+        for j, run in enumerate(self["job_run"].tolist()):
+            if run:
+                by_run.setdefault(run, []).append(j)
+            else:
+                parts.append(self._part(j))
+        for jobs in by_run.values():
+            own = [self._part(j) for j in jobs]
+            targets = {k: np.concatenate([p[k] for p in own])
+                       for k in ("partition_bytes", "credit_bytes", "speed")}
+            for context in own:
+                per_step = int(context["job_workers"]) * int(context["job_batch_size"])
+                parts.append({**context, **targets,
+                              "iteration_s": per_step / targets["speed"],
+                              "lower_bound_s": np.full(len(targets["speed"]), math.nan)})
         return Dataset.from_parts(parts)
 
     @staticmethod

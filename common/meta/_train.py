@@ -36,7 +36,8 @@ from common.meta._features import (
 )
 from common.meta._model import MetaModel, build_network, keras_module
 
-__all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "train"]
+__all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "fine_tune",
+           "train"]
 
 Report = Callable[[str], None]
 
@@ -96,35 +97,89 @@ def arrays(samples: Sequence[Sample] | Dataset,
 
 def train(dataset: Dataset, *, epochs: int = 60, batch_size: int = 128, seed: int = 0,
           validation: float = 0.15, learning_rate: float = 2e-3, patience: int = 12,
-          size: dict[str, int] | None = None, report: Report | None = None) -> MetaModel:
-    """Train a new network on ``dataset``; progress goes to ``report`` once per epoch."""
+          size: dict[str, int] | None = None, report: Report | None = None,
+          testbed_weight: float = 1.0) -> MetaModel:
+    """Train a new network on ``dataset``; progress goes to ``report`` once per epoch.
+    ``testbed_weight``: loss weight of testbed rows against simulated ones."""
+    _check_fit(epochs, batch_size, validation, testbed_weight)
+    vocabulary = tuple(m for m in KNOWN_MODELS if m in set(dataset["job_model"].tolist()))
+    data = arrays(dataset, vocabulary)
+    network = build_network(seed=seed, **(size or {}))
+    network.get_layer("head").get_layer("target").bias.assign([float(data.target.mean())])
+    _fit(network, dataset, data, epochs=epochs, batch_size=batch_size, seed=seed,
+         validation=validation, learning_rate=learning_rate, patience=patience, report=report,
+         testbed_weight=testbed_weight)
+    info = {"jobs": int(dataset.num_jobs), "samples": len(dataset), "seed": seed,
+            "epochs": epochs, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return MetaModel(network, vocabulary=vocabulary, info=info)
+
+
+def fine_tune(model: MetaModel, dataset: Dataset, *, epochs: int = 15, batch_size: int = 128,
+              seed: int = 0, validation: float = 0.15, learning_rate: float = 3e-4,
+              patience: int = 5, report: Report | None = None,
+              testbed_weight: float = 1.0) -> MetaModel:
+    """Go on training a copy of ``model`` (all of it, same vocabulary) on ``dataset``, e.g.
+    simulated plus testbed data; ``model`` itself is not changed."""
+    _check_fit(epochs, batch_size, validation, testbed_weight)
+    keras = keras_module()
+    with model._lock:
+        network = keras.models.clone_model(model.network)
+        network.set_weights(model.network.get_weights())
+    data = arrays(dataset, model.vocabulary)
+    _fit(network, dataset, data, epochs=epochs, batch_size=batch_size, seed=seed,
+         validation=validation, learning_rate=learning_rate, patience=patience, report=report,
+         testbed_weight=testbed_weight)
+    sources = dataset["job_source"][dataset["sample_job"]]
+    info = {**model.info, "fine_tuned_on": {"jobs": int(dataset.num_jobs),
+                                            "samples": len(dataset),
+                                            "testbed_samples": int(np.sum(sources == "testbed")),
+                                            "testbed_weight": testbed_weight,
+                                            "epochs": epochs, "seed": seed},
+            "fine_tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return MetaModel(network, vocabulary=model.vocabulary, info=info)
+
+
+def _check_fit(epochs: int, batch_size: int, validation: float, testbed_weight: float) -> None:
     if epochs < 1 or batch_size < 1 or not 0 <= validation < 1:
         raise ConfigError(f"need epochs >= 1, batch_size >= 1 and 0 <= validation < 1, got "
                           f"epochs={epochs}, batch_size={batch_size}, validation={validation}")
+    if not testbed_weight > 0 or not math.isfinite(testbed_weight):
+        raise ConfigError(f"testbed_weight must be a finite number > 0, got "
+                          f"testbed_weight={testbed_weight!r}")
+
+
+def _fit(network: Any, dataset: Dataset, data: Arrays, *, epochs: int, batch_size: int,
+         seed: int, validation: float, learning_rate: float, patience: int,
+         report: Report | None, testbed_weight: float) -> None:
+    """Fit with a validation split by job, or by run for testbed jobs (the windows of one
+    run share their job: splitting them would leak), testbed rows weighted."""
     keras = keras_module()
-    vocabulary = tuple(m for m in KNOWN_MODELS if m in set(dataset["job_model"].tolist()))
-    data = arrays(dataset, vocabulary)
+    runs = dataset["job_run"]
+    groups: npt.NDArray[Any] = data.job
+    if any(runs.tolist()):
+        groups = np.array([f"run:{runs[j]}" if runs[j] else f"job:{j}" for j in data.job])
+    unique = np.unique(groups)
     rng = np.random.default_rng(seed)
-    jobs = np.unique(data.job)
-    val_jobs = rng.choice(jobs, size=round(len(jobs) * validation), replace=False)
-    is_val = np.isin(data.job, val_jobs)
-    network = build_network(seed=seed, **(size or {}))
-    network.get_layer("head").get_layer("target").bias.assign([float(data.target.mean())])
+    val_groups = rng.choice(unique, size=round(len(unique) * validation), replace=False)
+    is_val = np.isin(groups, val_groups)
+    weighted = np.where(dataset["job_source"][data.job] == "testbed", testbed_weight,
+                        1.0).astype(np.float32)
+    weight = None if np.all(weighted == 1.0) else weighted
     network.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
     callbacks: list[Any] = [_Progress(keras, epochs, report)]
     fit_val = None
     if is_val.any():
-        fit_val = ([a[is_val] for a in data.inputs()], data.target[is_val])
+        fit_val = ([a[is_val] for a in data.inputs()], data.target[is_val],
+                   None if weight is None else weight[is_val])
         callbacks.append(keras.callbacks.EarlyStopping(patience=patience,
                                                        restore_best_weights=True))
-        callbacks.append(keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=patience // 3))
-    train_rows = ~is_val
-    network.fit([a[train_rows] for a in data.inputs()], data.target[train_rows],
+        callbacks.append(keras.callbacks.ReduceLROnPlateau(factor=0.5,
+                                                           patience=max(1, patience // 3)))
+    rows = ~is_val
+    network.fit([a[rows] for a in data.inputs()], data.target[rows],
+                sample_weight=None if weight is None else weight[rows],
                 validation_data=fit_val, epochs=epochs, batch_size=batch_size, shuffle=True,
                 verbose=0, callbacks=callbacks)
-    info = {"jobs": int(dataset.num_jobs), "samples": len(dataset), "seed": seed,
-            "epochs": epochs, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    return MetaModel(network, vocabulary=vocabulary, info=info)
 
 
 def _Progress(keras: Any, epochs: int, report: Report | None) -> Any:
