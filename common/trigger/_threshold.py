@@ -1,29 +1,30 @@
 """The AutoByte paper's optimization trigger (§III-C), with hysteresis and cooldown added.
 
-Switch only when the best candidate's predicted gain exceeds ``gain_threshold`` (paper: 5%),
-so the job does not wander around the optimum chasing prediction noise. Request online
-adaptation of the predictor when its relative error on the configuration in force exceeds
+Switch only when the best candidate's predicted gain exceeds ``gain_threshold`` (paper: 5%), so
+the job does not wander around the optimum chasing prediction noise. Request online adaptation
+of the predictor when its relative error on the configuration in force exceeds
 ``adapt_threshold`` (paper: 10%) for ``adapt_patience`` windows in a row (one noisy window is
-not a changed environment). Three additions make oscillation impossible rather than unlikely:
-a cooldown (``cooldown_windows`` windows on a new configuration before the next switch),
-hysteresis that grows with every return (going back to a configuration left k times needs
-``gain_threshold + hysteresis * 2**(k-1)``, so bounded noise can flip the job only a few times
-in the whole run; departures are remembered for ``memory_windows`` windows, by default until
-``reset()``, which the coordinator calls when the environment changed and the tuner adapts),
-and confirmation of marginal gains (a gain below twice what is needed must be predicted in two
-consecutive windows; a large one switches at once).
-Exploring a candidate nobody can predict yet (a search tuner's proposal) comes first and is
-subject to none of this: each configuration is explored once, after which it has a measured
+not a changed environment), and at most once per ``adapt_cooldown`` windows (adapting costs
+rank 0 seconds of CPU, and real windows are noisy enough to miss by 10% often). Three additions
+make oscillation impossible rather than unlikely: a cooldown (``cooldown_windows`` windows on a
+new configuration before the next switch), hysteresis that grows with every return (going back
+to a configuration left k times needs ``gain_threshold + hysteresis * 2**(k-1)``, so bounded
+noise can flip the job only a few times in the whole run; departures are remembered for
+``memory_windows`` windows, by default until ``reset()``, which the coordinator calls when the
+environment changed and the tuner adapts), and confirmation of marginal gains (a gain below
+twice what is needed must be predicted in two consecutive windows; a large one switches at
+once). Exploring a candidate nobody can predict yet (a search tuner's proposal) comes first and
+is subject to none of this: each configuration is explored once, after which it has a measured
 speed, so a search tuner runs its experiments in its own order. At most ``explore_budget``
-experiments run between resets (an online search over 176 points would otherwise never
-settle); after that only measured or predicted configurations compete, until an adaptation
-request (the environment changed) resets the trigger and refills the budget.
+experiments run between resets (an online search over 176 points would otherwise never settle);
+after that only measured or predicted configurations compete, until an adaptation request (the
+environment changed) resets the trigger and refills the budget.
 
 The gain is measured against the predicted speed of the configuration in force while the
-predictor is accurate (a bias shared by all candidates cancels), and against the observed
-speed when it is not. A window whose prediction missed, without adaptation yet, never
-switches: the candidates' predictions may be as stale as the one that just missed; when it
-asks for adaptation, past measurements (``Candidate.measured``) no longer count.
+predictor is accurate (a bias shared by all candidates cancels), and against the observed speed
+when it is not. A window whose prediction missed, without adaptation yet, never switches: the
+candidates' predictions may be as stale as the one that just missed; when it asks for
+adaptation, past measurements (``Candidate.measured``) no longer count.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class ThresholdTrigger(Trigger):
     def __init__(self, *, gain_threshold: float = 0.05, adapt_threshold: float = 0.10,
                  hysteresis: float = 0.05, cooldown_windows: int = 2,
                  memory_windows: int | None = None, adapt_patience: int = 2,
-                 explore: bool = True, explore_budget: int | None = 16) -> None:
+                 explore: bool = True, explore_budget: int | None = 16,
+                 adapt_cooldown: int = 6) -> None:
         for name, value in (("gain_threshold", gain_threshold),
                             ("adapt_threshold", adapt_threshold), ("hysteresis", hysteresis)):
             if not 0.0 <= value <= 10.0:
@@ -49,7 +51,8 @@ class ThresholdTrigger(Trigger):
         for name, count in (("cooldown_windows", cooldown_windows),
                             ("memory_windows", memory_windows or 0),
                             ("explore_budget", explore_budget or 0),
-                            ("adapt_patience", adapt_patience)):
+                            ("adapt_patience", adapt_patience),
+                            ("adapt_cooldown", adapt_cooldown)):
             if count < (1 if name == "adapt_patience" else 0):
                 raise ConfigError(f"{name} must be >= {int(name == 'adapt_patience')}, "
                                   f"got {name}={count!r}")
@@ -61,6 +64,9 @@ class ThresholdTrigger(Trigger):
         self.adapt_patience = adapt_patience
         self.explore = explore
         self.explore_budget = explore_budget
+        self.adapt_cooldown = adapt_cooldown
+        self._windows_seen = 0  # survives reset(): the adaptation cooldown spans resets
+        self._adapted_at: int | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -124,10 +130,14 @@ class ThresholdTrigger(Trigger):
                           predicted: float | None) -> tuple[float | None, bool]:
         if predicted is None or observed <= 0:
             return None, False
+        self._windows_seen += 1
         error = abs(predicted - observed) / observed
         self._misses = self._misses + 1 if error > self.adapt_threshold else 0
-        if self._misses >= self.adapt_patience:
+        cooling = self._adapted_at is not None and \
+            self._windows_seen - self._adapted_at < self.adapt_cooldown
+        if self._misses >= self.adapt_patience and not cooling:
             self._misses = 0
+            self._adapted_at = self._windows_seen
             return error, True
         return error, False
 

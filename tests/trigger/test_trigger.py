@@ -60,6 +60,19 @@ def test_adaptation_requested_after_patience_windows_of_large_error() -> None:
     assert one.decide(current=A, observed=100, predicted_current=89, candidates=[]).adapt
 
 
+def test_adaptation_is_asked_at_most_once_per_adapt_cooldown_windows() -> None:
+    t = ThresholdTrigger(adapt_patience=1, adapt_cooldown=3)
+    asked = []
+    for _ in range(7):  # the predictor misses by 30% in every window
+        asked.append(t.decide(current=A, observed=100, predicted_current=130,
+                              candidates=[]).adapt)
+        if asked[-1]:
+            t.reset()  # what the coordinator does when it adapts; the cooldown survives it
+    assert asked == [True, False, False, True, False, False, True]
+    with pytest.raises(ConfigError, match="adapt_cooldown"):
+        ThresholdTrigger(adapt_cooldown=-1)
+
+
 def test_when_predictor_is_off_gain_uses_observed_speed() -> None:
     t = ThresholdTrigger(cooldown_windows=0, adapt_patience=2)
     first = t.decide(current=A, observed=100, predicted_current=200,
