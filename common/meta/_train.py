@@ -288,8 +288,9 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, epochs: int = 100,
     """Fine-tune a copy of ``model``'s head on ``samples``; ``model`` itself is not changed.
 
     The encoder runs once (its output feeds the head and stays fixed); the head's three dense
-    layers then train in NumPy (Adam, squared error), so adapting costs milliseconds of one
-    core and never queues work in TensorFlow's thread pools, which a training worker shares
+    layers then train in NumPy (Adam, squared error), so adapting costs about a second of one
+    core (mostly copying the network) and queues almost no work in TensorFlow's thread pools,
+    which a training worker shares
     (the same steps through Keras ``fit`` took 4-6 s there, mostly tracing, and slowed
     training by a third while they ran). Returns at once (``background=True``); the
     Adaptation's ``result()`` is the new model."""
