@@ -1,0 +1,49 @@
+"""``autobyte meta collect --run`` end to end: one short sweep job of the TensorFlow demo
+worker on the shaped testbed (root), its decision log turned into testbed samples."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from tb_helpers import root_only
+
+from common.cli import main
+from common.meta import Dataset
+from common.meta._collect import sweep_plan
+
+pytestmark = [*root_only, pytest.mark.distributed, pytest.mark.framework, pytest.mark.slow,
+              pytest.mark.usefixtures("no_leaks"),
+              pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                 reason="needs tensorflow (pip install 'autobyte[tf]')")]
+
+
+def test_collect_runs_a_sweep_and_keeps_one_sample_per_configuration(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--frameworks", "tensorflow", "--models", "cnn", "--rates", "1gbit",
+            "--max-configs", "4", "--budget", "1"]
+    plan = sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"],
+                      max_configs=4, budget_s=1)
+    assert len(plan) == 1 and len(plan[0].configs) == 4
+    out = tmp_path / "tb.npz"
+    code = main(["meta", "collect", "--run", *args, "--quiet", "--timeout", "120",
+                 "--logs", str(tmp_path / "logs"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    # 8 windows: the log's first and the first after each of 3 switches are left out (one
+    # the coordinator did not log is not counted)
+    assert "1 first window of the log" in err, err
+    data = Dataset.load(out)
+    assert data.runs() and all(r.startswith("tensorflow-cnn-1gbit/decisions-")
+                               for r in data.runs())
+    assert set(data["job_source"].tolist()) == {"testbed"}
+    swept = sorted(zip(data["partition_bytes"].tolist(), data["credit_bytes"].tolist(),
+                       strict=True))
+    assert len(set(swept)) == len(swept) >= 3  # one sample per configuration, never two
+    assert set(swept) <= set(plan[0].configs)
+    assert (data["speed"] > 0).all()
+    job = data.job(0)
+    assert job.workers == 2 and job.arch == "allreduce" and job.model == "demo_cnn"
+    assert sum(job.layer_bytes) > 100_000 and sum(job.layer_backward_s) > 0
+    assert 1e7 < job.bandwidth_up_bps < 2e9  # a measured rate on a 1 Gbit/s link
