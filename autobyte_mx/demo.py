@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     checksum = float(sum(np.sum(p.data().asnumpy(), dtype=np.float64)
                          for p in net.collect_params().values()))  # type: ignore[attr-defined]
     emit("done", rank=rank, steps=args.steps, config=describe(), checksum=checksum)
-    store.barrier()
-    if not args.baseline:
+    if args.baseline:
+        store._barrier()  # native KVStore's barrier (Gluon's Trainer calls it the same way)
+    else:
+        store.barrier()
         store.close()
 
 

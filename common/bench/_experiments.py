@@ -210,7 +210,7 @@ def dynamic(plan: Plan) -> Result:
     """The link alternates between two rates every 20 steps: every method's throughput."""
     high, low = plan.rates[-1], plan.rates[0]
     period = 20
-    steps = 120 if plan.quick else 240
+    steps = 80 if plan.quick else 240
     changes = [(s, low if (s // period) % 2 else high) for s in range(period, steps, period)]
     _, grid_high = _grid(plan, "tensorflow", "cnn", high)
     bo_pick, _ = bo_static(grid_high, plan)  # tuned before the run, at its first rate
@@ -262,8 +262,8 @@ def joining(plan: Plan) -> Result:
     three run either BO-static or AutoByte. Throughput of each job while all run."""
     rate = "300mbit"
     model = "mlp"  # communication-bound, so the shared links matter more than the 2 cores
-    steps = 90 if plan.quick else 180
-    joins = (20, 40)
+    steps = 60 if plan.quick else 180
+    joins = (10, 20) if plan.quick else (40, 80)
     _, measured = _grid(plan, "tensorflow", model, rate)
     bo_pick, _ = bo_static(measured, plan)
     rows: list[dict[str, Any]] = []

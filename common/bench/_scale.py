@@ -62,7 +62,8 @@ def meta_pick(model: Any, name: str, space: SearchSpace, configs: list[Config], 
 def one_job(name: str, arch: str, workers: int, rate: float, space: SearchSpace,
             configs: list[Config], meta: Any) -> dict[str, Any]:
     servers = max(1, workers // 4) if arch == "ps" else 1
-    options: dict[str, Any] = {"workers": workers, "arch": arch, "servers": servers, "bandwidth": rate}
+    options: dict[str, Any] = {"workers": workers, "arch": arch, "servers": servers,
+                               "bandwidth": rate}
     profile = get_profile(name)
     objective = SimObjective(profile, **options)
     probe = simulate(profile, Config(), trace=False, **options)

@@ -16,9 +16,12 @@ import argparse
 import csv
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from common.errors import AutoByteError
 
 __all__ = ["register"]
 
@@ -61,13 +64,20 @@ def _run(args: argparse.Namespace) -> int:
     summary = [f"# AutoByte evaluation ({'quick' if args.quick else 'full'})", "",
                f"{time.strftime('%Y-%m-%d %H:%M')} on {_machine()}; "
                f"`autobyte bench {args.experiment}{' --quick' if args.quick else ''}`", ""]
+    failed: list[str] = []
     for i, name in enumerate(names, start=1):
         print(f"\n== [{i}/{len(names)}] {name}  ({time.perf_counter() - started:.0f} s so far)",
               flush=True)
         if name == "scale":
             summary += _scale(out, args.quick)
             continue
-        result = EXPERIMENTS[name](plan)
+        try:
+            result = EXPERIMENTS[name](plan)
+        except AutoByteError as exc:  # the others still run; the exit code says it failed
+            failed.append(name)
+            print(f"autobyte bench: {name} failed: {exc}", file=sys.stderr)
+            summary += [f"## {name}", "", f"failed: {str(exc).splitlines()[0]}", ""]
+            continue
         csv_path = out / f"{name}.csv"
         _write_csv(result.rows, csv_path)
         png = out / f"{name}.png"
@@ -85,6 +95,9 @@ def _run(args: argparse.Namespace) -> int:
         summary.append(f"Took {took / 60:.1f} min.")
         (out / "SUMMARY.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
         print(f"wrote {out / 'SUMMARY.md'}")
+    if failed:
+        print(f"autobyte bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
