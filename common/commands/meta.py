@@ -67,6 +67,8 @@ def register(subparsers: Any) -> None:
                     help="loss weight of a testbed row against a simulated one")
     tr.add_argument("--learning-rate", type=float,
                     help="default 2e-3 for a new network, 3e-4 with --init")
+    tr.add_argument("--head-only", action="store_true",
+                    help="with --init: train the head only (the encoder stays as it is)")
     tr.set_defaults(func=_train)
 
     co = sub.add_parser(
@@ -206,6 +208,8 @@ def _train(args: argparse.Namespace) -> int:
 
     data = _load_sets(args.data or ["datasets/sim_train_v1.npz"])
     held = None
+    if args.head_only and not args.init:
+        raise ConfigError("--head-only fine-tunes an existing model: give --init MODEL too")
     if args.holdout_runs:
         held = _match_runs(data, args.holdout_runs)
         if held.num_jobs == 0:
@@ -225,7 +229,7 @@ def _train(args: argparse.Namespace) -> int:
         base = MetaModel.load(args.init)
         model = fine_tune(base, data, epochs=args.epochs, seed=args.seed,
                           learning_rate=args.learning_rate or 3e-4, report=report,
-                          testbed_weight=args.testbed_weight)
+                          testbed_weight=args.testbed_weight, head_only=args.head_only)
     else:
         model = train(data, epochs=args.epochs, seed=args.seed,
                       learning_rate=args.learning_rate or 2e-3, report=report,

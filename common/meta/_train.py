@@ -117,14 +117,17 @@ def train(dataset: Dataset, *, epochs: int = 60, batch_size: int = 128, seed: in
 def fine_tune(model: MetaModel, dataset: Dataset, *, epochs: int = 15, batch_size: int = 128,
               seed: int = 0, validation: float = 0.15, learning_rate: float = 3e-4,
               patience: int = 5, report: Report | None = None,
-              testbed_weight: float = 1.0) -> MetaModel:
-    """Go on training a copy of ``model`` (all of it, same vocabulary) on ``dataset``, e.g.
-    simulated plus testbed data; ``model`` itself is not changed."""
+              testbed_weight: float = 1.0, head_only: bool = False) -> MetaModel:
+    """Go on training a copy of ``model`` (all of it, or with ``head_only`` its head, the
+    encoder frozen; same vocabulary) on ``dataset``, e.g. simulated plus testbed data;
+    ``model`` itself is not changed."""
     _check_fit(epochs, batch_size, validation, testbed_weight)
     keras = keras_module()
     with model._lock:
         network = keras.models.clone_model(model.network)
         network.set_weights(model.network.get_weights())
+    if head_only:
+        network.get_layer("encoder").trainable = False
     data = arrays(dataset, model.vocabulary)
     _fit(network, dataset, data, epochs=epochs, batch_size=batch_size, seed=seed,
          validation=validation, learning_rate=learning_rate, patience=patience, report=report,
@@ -134,7 +137,8 @@ def fine_tune(model: MetaModel, dataset: Dataset, *, epochs: int = 15, batch_siz
                                             "samples": len(dataset),
                                             "testbed_samples": int(np.sum(sources == "testbed")),
                                             "testbed_weight": testbed_weight,
-                                            "epochs": epochs, "seed": seed},
+                                            "head_only": head_only, "epochs": epochs,
+                                            "learning_rate": learning_rate, "seed": seed},
             "fine_tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     return MetaModel(network, vocabulary=model.vocabulary, info=info)
 

@@ -1,0 +1,88 @@
+"""Training with testbed data: fine-tuning a model on simulated plus (here synthetic) testbed
+runs lowers its error on those runs without touching the original, and ``autobyte meta
+train --init ... --holdout-runs`` keeps whole runs out and evaluates on them. Tiny networks:
+behaviour, not quality."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras", reason="Keras 3 is not installed: the meta-network needs it")
+
+from common.cli import main
+from common.meta import Dataset, MetaModel, Sample, evaluate, fine_tune, generate, train
+
+TINY = {"width": 8, "lstm": 8, "dense": 16}
+
+
+def _testbed(sim: Dataset, factor: float) -> Dataset:
+    """Each sim job as a run of 'real' windows: slower by ``factor``, and each window with
+    slightly different statistics (as measured windows are)."""
+    samples, runs = [], []
+    for j in range(sim.num_jobs):
+        job = sim.job(j)
+        rows = np.flatnonzero(sim["sample_job"] == j)
+        for i, r in enumerate(rows):
+            window = dataclasses.replace(job, bandwidth_up_bps=job.bandwidth_up_bps * (1 + i / 100))
+            samples.append(Sample(window, int(sim["partition_bytes"][r]),
+                                  int(sim["credit_bytes"][r]), float(sim["speed"][r]) * factor))
+            runs.append(f"run{j}/decisions-x")
+    return Dataset.from_samples(samples, source="testbed", runs=runs)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Dataset:
+    return generate(jobs=8, seed=5, configs_per_job=6)
+
+
+@pytest.fixture(scope="module")
+def base(sim: Dataset) -> MetaModel:
+    return train(sim, epochs=2, size=TINY, seed=1)
+
+
+def test_fine_tune_learns_the_testbed_and_leaves_the_model_alone(sim: Dataset,
+                                                                 base: MetaModel) -> None:
+    real = _testbed(sim, 0.5)
+    assert len(real.runs()) == 8 and real.num_jobs == 48
+    job = real.job(0)
+    before = base.predict(job, [1 << 20], [4 << 20])
+    old = evaluate(base, real.as_deployed())
+    tuned = fine_tune(base, Dataset.concat([sim, real]).as_deployed(), epochs=12,
+                      learning_rate=5e-3, testbed_weight=4.0, validation=0.0)
+    new = evaluate(tuned, real.as_deployed())
+    assert new.mape < 0.7 * old.mape, (old.describe(), new.describe())
+    np.testing.assert_array_equal(base.predict(job, [1 << 20], [4 << 20]), before)
+    assert tuned.vocabulary == base.vocabulary
+    assert tuned.info["fine_tuned_on"]["testbed_samples"] == 48 * 6
+
+
+def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    saved = base.save(tmp_path / "base.keras")
+    sim_path = sim.save(tmp_path / "sim.npz")
+    real_path = _testbed(sim, 0.5).save(tmp_path / "tb.npz")
+    out = tmp_path / "tuned.keras"
+    code = main(["meta", "train", "--init", str(saved), "--data", str(sim_path), "--data",
+                 str(real_path), "--holdout-runs", "run1/*", "--holdout-runs", "run2/*",
+                 "--epochs", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "holding out 2 testbed run(s): run1/decisions-x, run2/decisions-x" in captured.err
+    assert "held-out testbed runs (run1/*, run2/*): testbed, 2 runs as deployed: 72 rows" \
+        in captured.out
+    info = MetaModel.load(out).info["fine_tuned_on"]
+    assert info["testbed_samples"] == 6 * 6 * 6  # 6 runs left, 6 windows x 6 configurations
+    assert main(["meta", "train", "--data", str(real_path), "--holdout-runs", "nope*",
+                 "--out", str(out)]) == 2
+    assert "--holdout-runs ['nope*'] match no run" in capsys.readouterr().err
+    assert main(["meta", "train", "--data", str(real_path), "--head-only",
+                 "--out", str(out)]) == 2
+    assert "--head-only fine-tunes an existing model" in capsys.readouterr().err
+    code = main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
+                 "run3/*"])
+    assert code == 0
+    assert "run3/decisions-x: 36 rows, 6 jobs" in capsys.readouterr().out
