@@ -1,10 +1,12 @@
 """The 'autobyte' kvstore: ByteScheduler-style scheduling on top of native ``dist_sync``.
 
-Per tensor and step: copy the gradient into AutoByte's own per-chunk buffers, push one gate
-per chunk, one native pushpull for all chunks, one completion callback per chunk, and a copy
-back (``_engine``). All of it is pushed to MXNet's engine at once; the scheduler decides only
-when each gate opens (``_sequencer`` + ``common.scheduler``), so MXNet's own dependencies stay
-intact and the next forward pass waits per layer, overlapping the rest of the communication.
+Per tensor and step: copy the gradient into AutoByte's own per-chunk buffers, push one gate per
+chunk, one native pushpull for all chunks, one completion callback per chunk, and a copy back
+(``_engine``). With scheduling off (the baseline) a tensor goes whole, straight from the
+caller's array into its outputs, as native ``dist_sync`` sends it. All of it is pushed to
+MXNet's engine at once; the scheduler decides only when each gate opens (``_sequencer`` +
+``common.scheduler``), so MXNet's own dependencies stay intact and the next forward pass waits
+per layer, overlapping the rest of the communication.
 
 The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
 sub-keys carry no optimizer state and the partition size can change between steps.
@@ -108,6 +110,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._recorder = StepRecorder()
         self._watchdog = Watchdog(_timeout(timeout), describe=self._describe)
         self._tensors: dict[Hashable, Tensor] = {}
+        self._direct: dict[Hashable, Any] = {}  # scheduling off: where a key's sum went last
         self._next_sub_key = CONTROL_KEY + 1
         self._layout = _layout_of(self._config)
         self._step = 0
@@ -290,8 +293,13 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         keys = list(key) if isinstance(key, (list, tuple)) else [key]
         for k, targets in zip(keys, _outs(keys, out), strict=True):
             tensor = self._tensor(k)
+            direct = self._direct.get(k)
             for target in targets:
-                self._copy_out(tensor, self._layout_for(tensor), target)
+                if direct is not None:
+                    if target is not direct:
+                        direct.copyto(target)
+                else:
+                    self._copy_out(tensor, self._layout_for(tensor), target)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -310,6 +318,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._issued.add(key)
         layout = self._layout
         pieces = tensor.layouts[layout]
+        if not self._config.scheduling and targets and len(pieces) == 1:
+            self._issue_direct(tensor, value, targets, pieces[0], priority)
+            return
+        self._direct.pop(key, None)
         for view, piece in zip(tensor.slices(value, layout), pieces, strict=True):
             view.copyto(piece.buffer)
         sub_keys, buffers = [p.sub_key for p in pieces], [p.buffer for p in pieces]
@@ -335,6 +347,23 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                   const=buffers, priority=priority)
         for target in targets:
             self._copy_out(tensor, layout, target)
+
+    def _issue_direct(self, tensor: Tensor, value: Any, targets: list[Any], piece: Piece,
+                      priority: int) -> None:
+        """Scheduling off: one native pushpull of the whole tensor straight from the caller's
+        array into its outputs, as ``dist_sync`` does for the Trainer (no copies through our
+        buffers; MXNet's engine orders the reads and writes). A later ``pull`` reads the
+        first output."""
+        self._recorder.issued(self._step, 1)
+        with self._progress:
+            self._unfinished[self._step] = self._unfinished.get(self._step, 0) + 1
+        self._watchdog.started()
+        t0 = self._recorder_clock()
+        self._kv.pushpull(piece.sub_key, value, out=targets, priority=priority)
+        _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
+                                                len(self._issued)),
+                              const=targets, priority=priority)
+        self._direct[tensor.key] = targets[0]
 
     def _copy_out(self, tensor: Tensor, layout: int, target: Any) -> None:
         pieces = tensor.layouts[layout]
