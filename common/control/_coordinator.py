@@ -33,6 +33,8 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
 
+STOP_TIMEOUT_S = 30.0  # how long close() waits for the serving thread
+
 _MAX_OPEN_WINDOWS = 64  # windows waiting for a slow or lost worker, oldest dropped first
 
 
@@ -129,16 +131,21 @@ class Coordinator:
         if thread is None:
             self._sock.close(0)
         elif thread is not threading.current_thread():
-            thread.join(timeout=2.0)
+            # It may be inside a TensorFlow call (the meta tuner compiling its scorer takes a
+            # few seconds): a process that exits while TF runs in a thread aborts.
+            thread.join(timeout=STOP_TIMEOUT_S)
             if thread.is_alive():
-                log.warning("coordinator thread did not stop in 2 s; leaving it")
-                return
+                log.warning("coordinator thread did not stop in %g s; leaving it",
+                            STOP_TIMEOUT_S)
         closer = getattr(self.loop.tuner, "close", None)
         if callable(closer):  # e.g. a model still training in a thread of this process
             try:
                 closer()
             except Exception as exc:
                 log.warning("closing the tuner failed: %s", exc)
+        if thread is not None and thread is not threading.current_thread() \
+                and thread.is_alive():
+            return  # the thread still owns the socket and the log
         self.log.write("event", {"event": "coordinator_stopped",
                                  "rejected": dict(self.verifier.rejected)})
         self.log.close()

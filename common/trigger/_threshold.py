@@ -129,6 +129,7 @@ class ThresholdTrigger(Trigger):
     def _check_prediction(self, observed: float,
                           predicted: float | None) -> tuple[float | None, bool]:
         if predicted is None or observed <= 0:
+            self._misses = 0  # nothing to compare: the run of misses ends here
             return None, False
         self._windows_seen += 1
         error = abs(predicted - observed) / observed

@@ -241,3 +241,15 @@ def test_adapting_ignores_past_measurements_but_not_model_predictions() -> None:
     model = t2.decide(current=A, observed=40, predicted_current=1000,
                       candidates=[Candidate(B, 90.0, "model")])
     assert model.adapt and model.action == "switch"
+
+
+def test_a_window_without_prediction_after_a_miss_is_decided() -> None:
+    """A missed prediction, then a configuration the predictor cannot score: the run of
+    misses ends (it used to format a missing error and lose the window)."""
+    t = ThresholdTrigger(adapt_patience=2)
+    first = t.decide(current=A, observed=100, predicted_current=150, candidates=[])
+    assert first.action == "stay" and "prediction off by 50%" in first.reason
+    second = t.decide(current=B, observed=100, predicted_current=None,
+                      candidates=[Candidate(A, 120.0)])
+    assert second.error is None and not second.adapt
+    assert "prediction off" not in second.reason

@@ -24,7 +24,7 @@ def test_sizes_accept_strings() -> None:
     ({"partition_bytes": "2GiB"}, "partition_bytes='2GiB'"),
     ({"partition_bytes": "1MiB", "credit_bytes": "512KiB"}, "credit_bytes must be >= partition"),
     ({"credit_bytes": "1TiB"}, "credit_bytes"),
-    ({"tuner": "genetic"}, r"tuner must be one of \['none', 'default'"),
+    ({"tuner": "genetic"}, r"tuner must be one of \['none', 'observe', 'default'"),
     ({"scheduling": "maybe"}, "scheduling must be true/false"),
     ({"window_steps": 0}, "window_steps must be between 1"),
     ({"gain_threshold": "x"}, "gain_threshold must be a float"),
