@@ -260,8 +260,9 @@ def dynamic(plan: Plan) -> Result:
 def joining(plan: Plan) -> Result:
     """A second and a third job join the first on the same hosts (sharing their links); all
     three run either BO-static or AutoByte. Throughput of each job while all run."""
-    rate = "300mbit"
-    model = "mlp"  # communication-bound, so the shared links matter more than the 2 cores
+    # full: mlp (communication-bound, so the shared links matter more than the 2 cores) at
+    # 300mbit; quick: cnn at the first rate, whose grid the convergence experiment measured
+    rate, model = (plan.rates[0], "cnn") if plan.quick else ("300mbit", "mlp")
     steps = 60 if plan.quick else 180
     joins = (10, 20) if plan.quick else (40, 80)
     _, measured = _grid(plan, "tensorflow", model, rate)
@@ -284,7 +285,7 @@ def joining(plan: Plan) -> Result:
     table = _fmt(rows, ["method", "job", "joined_at", "throughput", "final_config"]) + \
         f"\nsum of the three jobs: autobyte/bo-static = {ratio:.3f}"
     notes = [f"target: AutoByte >= 1.1x BO-static with jobs joining; measured {ratio:.3f}x "
-             f"(sum of three mlp jobs at {rate})"]
+             f"(sum of three {model} jobs at {rate})"]
     return Result("joining", rows, table, _bars(
         rows, lambda r: f"{r['method']} job {r['job']}", ["throughput"], "samples/s",
         f"Jobs joining at {rate} ({model})"), notes)

@@ -157,6 +157,17 @@ class _Watch:
         sys.stdout.flush()
 
 
+def _save_windows(path: Path, windows: list[Window]) -> None:
+    """Every window rank 0 reported, so a run's numbers can be looked at again."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow([field.name for field in dataclasses.fields(Window)])
+        writer.writerows(dataclasses.astuple(w) for w in windows)
+
+
 def _short(describe: str) -> str:
     """"partition=64KiB credit=256KiB (4x) ..." -> "64KiB:256KiB"; baselines unchanged."""
     if not describe.startswith("partition="):
@@ -226,6 +237,7 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
             logs = sorted(log_dir.glob("decisions-*.jsonl"))
             results[i] = JobRun(spec, watch.windows, time.monotonic() - began,
                                 logs[-1] if logs else None)
+            _save_windows(log_dir / "windows.csv", watch.windows)
 
         threads = [threading.Thread(target=run, args=(i,), name=f"bench-{s.name}")
                    for i, s in enumerate(specs)]

@@ -41,6 +41,8 @@ def test_sweep_rate_change_and_a_joining_job(tmp_path: Path) -> None:
     assert sweeper.log is not None and joiner.log is None
     windows = [r for r in read_log(sweeper.log) if r.get("type") == "window"]
     assert windows and all("observation" in r for r in windows)
+    saved = (tmp_path / "sweeper" / "windows.csv").read_text().splitlines()
+    assert saved[0].startswith("first,last,speed") and len(saved) == 1 + len(sweeper.windows)
 
 
 def test_mxnet_baseline_and_autobyte_jobs(tmp_path: Path) -> None:
