@@ -8,6 +8,13 @@ at least ``lead_steps`` steps and ``lead_s`` seconds (at the measured step time)
 window, rounded up to a window boundary.
 While a decision is pending (its step not yet reached), windows are observed but not acted on.
 
+The loop also measures what switching costs this job: the first window on a new configuration
+carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
+excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
+recent costs and, as the expected remaining time, the time the job has trained so far (a job
+is assumed to run at least as long again as it has run), so a switch whose gain cannot pay for
+its cost is not made.
+
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features, before ``propose``),
 ``predict(configs) -> speeds`` (a model: the meta-network), ``candidates`` (a list or a method
@@ -68,6 +75,8 @@ class TuningLoop:
         self._history_len = history
         self._recent: collections.deque[Observation] = collections.deque(maxlen=20)
         self._tuner_failures: collections.Counter[str] = collections.Counter()
+        self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
+        self.trained_s = 0.0
 
     def on_observation(self, obs: Observation) -> Decision | None:
         record: dict[str, Any] = {
@@ -81,6 +90,7 @@ class TuningLoop:
             self.log.write("window", {**record, "action": "skip", "reason": why})
             return None
         self._recent.append(obs)
+        self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
         self._call("observe", obs.config, obs.speed)
         if self.pending is not None:
             applied = knobs(obs.config) == knobs(self.pending.config)
@@ -91,6 +101,9 @@ class TuningLoop:
                 return None
             if applied:
                 self.current = self.pending.config
+                if obs.warmup_steps:
+                    self._switch_costs.append(
+                        max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s))
             else:
                 log.warning("decision %d was not applied at step %d (workers still run %s); "
                             "deciding again", self.pending.id, self.pending.step,
@@ -107,8 +120,10 @@ class TuningLoop:
         predicted_current = self._predict_current(obs)
         self._remember(obs)
         candidates = self._candidates(obs)
+        cost = self.switch_cost_s
         verdict = self.trigger.decide(current=self.current, observed=obs.speed,
-                                      predicted_current=predicted_current, candidates=candidates)
+                                      predicted_current=predicted_current, candidates=candidates,
+                                      switch_cost_s=cost, horizon_s=self.trained_s)
         if verdict.adapt:
             self._adapt()
         decision = self._decide(obs, verdict)
@@ -118,10 +133,16 @@ class TuningLoop:
                            for c in candidates],
             "action": verdict.action, "reason": verdict.reason, "gain": verdict.gain,
             "error": verdict.error, "adapt": verdict.adapt, "next_config": verdict.config,
+            "switch_cost_s": cost, "trained_s": self.trained_s,
             "decision_id": None if decision is None else decision.id,
             "target_step": None if decision is None else decision.step,
         })
         return decision
+
+    @property
+    def switch_cost_s(self) -> float:
+        """Mean cost of this job's recent switches in seconds, 0 before the first is measured."""
+        return statistics.fmean(self._switch_costs) if self._switch_costs else 0.0
 
     def measured(self, config: Config) -> float | None:
         """Mean observed speed of ``config`` in this job (recent windows), None if never run."""

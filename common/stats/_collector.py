@@ -36,13 +36,14 @@ class StatsCollector:
         "_arch", "_bucket", "_bytes_down", "_bytes_up", "_comm_s", "_config", "_elapsed",
         "_first", "_last", "_layer_bytes", "_layer_steps", "_layer_sum", "_max", "_min",
         "_model", "_num_workers", "_on_window", "_rank", "_samples", "_steps", "_wall",
-        "_warm", "_warmup_left", "_window_steps", "warmup_after_change",
+        "_warm", "_warm_s", "_warmup_left", "_window_steps", "warmup_after_change",
     )
 
     _first: int
     _last: int
     _steps: int
     _warm: int
+    _warm_s: float
     _samples: int
     _elapsed: float
     _comm_s: float
@@ -121,6 +122,7 @@ class StatsCollector:
         if warmup or self._warmup_left > 0:
             self._warmup_left = max(0, self._warmup_left - 1)
             self._warm += 1
+            self._warm_s += step_time_s
         else:
             self._steps += 1
             self._samples += samples
@@ -176,12 +178,13 @@ class StatsCollector:
             bandwidth_down=8.0 * self._bytes_down / busy if busy > 0 else 0.0,
             layer_backward_s=layer_times, layer_steps=self._layer_steps,
             layer_bytes=tuple(self._layer_bytes), wall_time=self._wall,
+            warmup_s=self._warm_s,
         )
 
     def _reset(self) -> None:
         self._first = self._last = -1
         self._steps = self._warm = self._samples = 0
-        self._elapsed = self._comm_s = 0.0
+        self._elapsed = self._comm_s = self._warm_s = 0.0
         self._min, self._max = float("inf"), 0.0
         self._bytes_up = self._bytes_down = 0
         self._layer_sum[:] = 0.0

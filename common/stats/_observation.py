@@ -26,7 +26,9 @@ class Observation:
     speed is the job's throughput: the sum of the per-worker speeds V (each worker trains on
     its own samples). step_time_s is the mean step time of the slowest worker (what the
     synchronous job waits for). samples_per_step: samples one step processes across all
-    workers (the global batch; 0 when unknown).
+    workers (the global batch; 0 when unknown). warmup_steps, warmup_s: the steps left out
+    of the speed (the first after a switch: a retrace, new buffers) and the time they took, of
+    the slowest worker: what the switch into this window cost beyond steady-state steps.
     """
 
     window: int
@@ -46,6 +48,8 @@ class Observation:
     layer_bytes: tuple[int, ...]
     step_time_s: float
     samples_per_step: float = 0.0
+    warmup_steps: int = 0
+    warmup_s: float = 0.0
 
     @property
     def speed(self) -> float:
@@ -85,8 +89,11 @@ class Observation:
             fields["config"] = Config.from_dict(fields["config"])
             for name in ("ranks", "layer_bytes"):
                 fields[name] = tuple(int(v) for v in fields[name])
-            if "samples_per_step" in fields:
-                fields["samples_per_step"] = float(fields["samples_per_step"])
+            for name in ("samples_per_step", "warmup_s"):
+                if name in fields:
+                    fields[name] = float(fields[name])
+            if "warmup_steps" in fields:
+                fields["warmup_steps"] = int(fields["warmup_steps"])
             for name in ("speed_per_worker", "bandwidth_up", "bandwidth_down"):
                 fields[name] = tuple(float(v) for v in fields[name])
             fields["layer_backward_s"] = tuple(
@@ -134,4 +141,6 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
         layer_bytes=layer_bytes,
         step_time_s=max((w.elapsed_s / w.steps for w in measured), default=0.0),
         samples_per_step=sum(w.samples / w.steps for w in measured),
+        warmup_steps=max(w.warmup_steps for w in rows),
+        warmup_s=max(w.warmup_s for w in rows),
     )

@@ -32,7 +32,8 @@ class Window:
     window: id shared by all workers (the window's first step: workers step in lockstep and
         switch configuration at the same step), so the coordinator can merge across workers.
     steps: measured steps; ``warmup_steps`` more ran but were left out of the speed (the first
-        step after a reconfiguration retraces or allocates and is not representative).
+        step after a reconfiguration retraces or allocates and is not representative); they
+        took ``warmup_s`` seconds (what a switch costs, beyond steady-state steps).
     speed: samples/s on this worker (V); ``bandwidth_up``/``bandwidth_down`` are B_u, B_d in
         bit/s (bytes moved over the time spent moving them, or over the window when the adapter
         does not report busy time).
@@ -63,6 +64,7 @@ class Window:
     layer_steps: int = 0
     layer_bytes: tuple[int, ...] = ()
     wall_time: float = 0.0
+    warmup_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.num_workers:
@@ -73,7 +75,7 @@ class Window:
         if self.steps < 0 or self.last_step < self.first_step:
             raise ControlError(f"bad step range: first_step={self.first_step}, "
                                f"last_step={self.last_step}, steps={self.steps}")
-        for name in ("elapsed_s", "bandwidth_up", "bandwidth_down"):
+        for name in ("elapsed_s", "bandwidth_up", "bandwidth_down", "warmup_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ControlError(f"{name} must be finite and >= 0, got {name}={value!r}")
@@ -127,7 +129,7 @@ class Window:
                 if name in fields:
                     fields[name] = _as_int(fields[name], name)
             for name in ("elapsed_s", "step_time_min_s", "step_time_max_s", "bandwidth_up",
-                         "bandwidth_down", "wall_time"):
+                         "bandwidth_down", "wall_time", "warmup_s"):
                 if name in fields:
                     fields[name] = _as_float(fields[name], name)
             fields["model"] = str(fields["model"])

@@ -13,7 +13,8 @@ __all__ = ["AlwaysTrigger"]
 
 class AlwaysTrigger(Trigger):
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
-               candidates: Sequence[Candidate]) -> Verdict:
+               candidates: Sequence[Candidate], switch_cost_s: float = 0.0,
+               horizon_s: float | None = None) -> Verdict:
         for candidate in candidates:
             if knobs(candidate.config) != knobs(current):
                 return Verdict("switch", candidate.config,

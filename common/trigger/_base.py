@@ -63,8 +63,13 @@ class Trigger(abc.ABC):
 
     @abc.abstractmethod
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
-               candidates: Sequence[Candidate]) -> Verdict:
-        """One window of ``current`` ran at ``observed`` samples/s; switch to a candidate?"""
+               candidates: Sequence[Candidate], switch_cost_s: float = 0.0,
+               horizon_s: float | None = None) -> Verdict:
+        """One window of ``current`` ran at ``observed`` samples/s; switch to a candidate?
+
+        ``switch_cost_s``: what a switch has cost this job (seconds lost to the first steps
+        on a new configuration, e.g. a retrace), 0 when not measured yet; ``horizon_s``: how
+        much longer the job is expected to train, None when unknown."""
 
     def exploring(self) -> bool:
         """Would an unmeasured, unpredicted proposal be tried now? When not, the loop does not

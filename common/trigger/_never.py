@@ -15,5 +15,6 @@ class NeverTrigger(Trigger):
         return False
 
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
-               candidates: Sequence[Candidate]) -> Verdict:
+               candidates: Sequence[Candidate], switch_cost_s: float = 0.0,
+               horizon_s: float | None = None) -> Verdict:
         return Verdict("stay", current, "trigger 'never': configuration is fixed")

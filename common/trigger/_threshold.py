@@ -13,9 +13,12 @@ noise can flip the job only a few times in the whole run; departures are remembe
 ``memory_windows`` windows, by default until ``reset()``, which the coordinator calls when the
 environment changed and the tuner adapts), and confirmation of marginal gains (a gain below
 twice what is needed must be predicted in two consecutive windows; a large one switches at
-once). Exploring a candidate nobody can predict yet (a search tuner's proposal) comes first and
-is subject to none of this: each configuration is explored once, after which it has a measured
-speed, so a search tuner runs its experiments in its own order. At most ``explore_budget``
+once). A switch must also pay for itself: when switching has a measured cost (TensorFlow
+retraces the step: seconds) and the job's remaining time is estimated, the time the gain
+would save over that remaining time must exceed the cost. Exploring a candidate nobody can
+predict yet (a search tuner's proposal) comes first and is subject to none of this: each
+configuration is explored once, after which it has a measured speed, so a search tuner runs
+its experiments in its own order. At most ``explore_budget``
 experiments run between resets (an online search over 176 points would otherwise never settle);
 after that only measured or predicted configurations compete, until an adaptation request (the
 environment changed) resets the trigger and refills the budget.
@@ -78,7 +81,8 @@ class ThresholdTrigger(Trigger):
         self._explored = 0
 
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
-               candidates: Sequence[Candidate]) -> Verdict:
+               candidates: Sequence[Candidate], switch_cost_s: float = 0.0,
+               horizon_s: float | None = None) -> Verdict:
         self._window += 1
         self._since_switch += 1
         error, adapt = self._check_prediction(observed, predicted_current)
@@ -109,6 +113,12 @@ class ThresholdTrigger(Trigger):
                     left = self.cooldown_windows - self._since_switch + 1
                     return Verdict("stay", current, f"cooldown: {left} more window(s) before "
                                    f"switching (best predicts {gain:+.1%})", gain, error, adapt)
+                saved = None if horizon_s is None else horizon_s * gain / (1.0 + gain)
+                if switch_cost_s > 0 and saved is not None and saved < switch_cost_s:
+                    return Verdict("stay", current, f"{best.source} predicts {gain:+.1%}, but "
+                                   f"a switch costs {switch_cost_s:.2f} s and would save "
+                                   f"{saved:.2f} s of the expected {horizon_s:.1f} s left",
+                                   gain, error, adapt)
                 if gain < 2 * needed and pending != knobs(best.config):
                     self._pending = knobs(best.config)
                     return Verdict("stay", current, f"{best.source} predicts {gain:+.1%} > "

@@ -18,8 +18,8 @@ PYTHON = sys.executable
 
 
 def observation(config: Config, speed: float, first_step: int, *, steps: int = 10,
-                workers: int = 1) -> Observation:
-    return Observation(
+                workers: int = 1, warmup_steps: int = 0, warmup_s: float = 0.0) -> Observation:
+    return Observation(warmup_steps=warmup_steps, warmup_s=warmup_s,
         window=first_step, first_step=first_step, last_step=first_step + steps - 1,
         steps=steps, config=config, model="m", arch="ps", num_workers=workers, num_layers=2,
         ranks=tuple(range(workers)), speed_per_worker=(speed / workers,) * workers,

@@ -168,3 +168,35 @@ def test_search_tuner_not_asked_once_the_exploration_budget_is_spent() -> None:
     loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger(explore_budget=2))
     _run(loop, 20)
     assert tuner.proposals_made == 2
+
+
+def test_switch_cost_is_measured_from_warmup_steps_and_stops_switches_that_cannot_pay(
+        tmp_path: Path) -> None:
+    """A: 100/s, B: 150/s predicted, C: 160/s predicted. The switch to B took a 2.1 s warm-up
+    step where a steady one takes 0.1 s: 2 s lost. C's +6.7% over B then saves ~0.06 s per
+    second left, and the job has trained a few seconds: not worth 2 s."""
+    speed = {knobs(A): 100.0, knobs(B): 150.0, knobs(C): 160.0}
+    loop = TuningLoop(config=A, tuner=PredictingTuner(speed, [A, B]),
+                      trigger=ThresholdTrigger(cooldown_windows=0))
+    decision = loop.on_observation(observation(A, 100.0, 0))
+    assert decision is not None and knobs(decision.config) == knobs(B)
+    assert loop.switch_cost_s == 0.0
+    step = decision.step
+    loop.on_observation(observation(B, 150.0, step, steps=9, warmup_steps=1, warmup_s=2.1))
+    assert loop.current == decision.config
+    assert abs(loop.switch_cost_s - 2.0) < 1e-9
+    assert abs(loop.trained_s - (1.0 + 0.9 + 2.1)) < 1e-9
+    loop.tuner = PredictingTuner(speed, [A, B, C])
+    loop.log = DecisionLog(tmp_path / "d.jsonl")
+    assert loop.on_observation(observation(B, 150.0, step + 10)) is None
+    assert loop.on_observation(observation(B, 150.0, step + 20)) is None
+    loop.log.close()
+    seen = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
+    assert len(seen) == 2 and all("a switch costs 2.00 s" in r["reason"] for r in seen), seen
+    assert seen[0]["switch_cost_s"] == 2.0
+    # once the job has trained long enough, the same gain pays for the switch (a marginal
+    # gain is confirmed in a second window first)
+    loop.trained_s = 100.0
+    assert loop.on_observation(observation(B, 150.0, step + 30)) is None
+    late = loop.on_observation(observation(B, 150.0, step + 40))
+    assert late is not None and knobs(late.config) == knobs(C)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -175,3 +176,9 @@ def test_a_step_the_adapter_marks_as_warmup_is_left_out_of_the_speed() -> None:
         c.record_step(s, 8, dt, warmup=traced)
     (w,) = out
     assert (w.steps, w.warmup_steps, w.elapsed_s, w.samples) == (2, 2, 2.0, 16)
+    assert w.warmup_s == 5.5 and Window.from_dict(w.to_dict()).warmup_s == 5.5
+    # the merged window keeps the slowest worker's warm-up: what the job waited for
+    other = dataclasses.replace(w, rank=1, num_workers=2, warmup_steps=1, warmup_s=7.0)
+    merged = merge_windows([dataclasses.replace(w, num_workers=2), other])
+    assert (merged.warmup_steps, merged.warmup_s) == (2, 7.0)
+    assert Observation.from_dict(merged.to_dict()).warmup_s == 7.0

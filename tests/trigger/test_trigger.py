@@ -253,3 +253,21 @@ def test_a_window_without_prediction_after_a_miss_is_decided() -> None:
                       candidates=[Candidate(A, 120.0)])
     assert second.error is None and not second.adapt
     assert "prediction off" not in second.reason
+
+
+def test_a_switch_must_pay_for_its_measured_cost_over_the_expected_remaining_time() -> None:
+    # +25% saves horizon * 0.25 / 1.25 = 20% of the remaining time: 2 s of 10 s
+    def decide(cost: float, horizon: float | None) -> str:
+        t = ThresholdTrigger(cooldown_windows=0)
+        return t.decide(current=A, observed=100, predicted_current=100,
+                        candidates=[Candidate(B, 125.0)], switch_cost_s=cost,
+                        horizon_s=horizon).action
+    assert decide(2.5, 10.0) == "stay"
+    assert decide(1.5, 10.0) == "switch"
+    assert decide(2.5, 20.0) == "switch"       # a longer job pays the same switch back
+    assert decide(0.0, 1.0) == "switch"        # no cost measured yet
+    assert decide(2.5, None) == "switch"       # remaining time unknown
+    t = ThresholdTrigger(cooldown_windows=0)
+    v = t.decide(current=A, observed=100, predicted_current=100,
+                 candidates=[Candidate(B, 125.0)], switch_cost_s=2.5, horizon_s=10.0)
+    assert "costs 2.50 s" in v.reason and "save 2.00 s" in v.reason and v.gain == 0.25
