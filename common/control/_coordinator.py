@@ -25,7 +25,7 @@ from common.control._loop import TunerLike, TuningLoop
 from common.control._wire import MAX_MESSAGE_BYTES, Message, Signer, Verifier
 from common.decision_log import DecisionLog
 from common.errors import ConfigError, ControlError
-from common.stats import Window, merge_windows
+from common.stats import Observation, Window, merge_windows
 from common.trigger import Trigger
 from common.trigger import create as create_trigger
 
@@ -74,6 +74,7 @@ class Coordinator:
         self._peers: dict[bytes, str] = {}
         self._byes: set[str] = set()
         self._windows: dict[int, dict[int, Window]] = {}
+        self._ready: list[Observation] = []
         self._failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,6 +170,19 @@ class Coordinator:
             self._sock.close(0)
 
     def _drain(self) -> None:
+        """Handle what has arrived, then decide on the newest complete window only: older
+        ones that queued while the loop was busy are measured, not decided on."""
+        try:
+            self._receive()
+        finally:
+            self._decide_ready()
+
+    def _decide_ready(self) -> None:
+        ready, self._ready = self._ready, []
+        for i, observation in enumerate(ready):
+            self._observe(observation, latest=i == len(ready) - 1)
+
+    def _receive(self) -> None:
         for _ in range(1000):
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
@@ -187,6 +201,8 @@ class Coordinator:
 
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender
+        if message.type != "report":
+            self._decide_ready()  # what came before this message is answered first
         if message.type == "hello":
             claimed = message.body.get("num_workers")
             if claimed != self.num_workers:
@@ -226,7 +242,17 @@ class Coordinator:
             self.log.write("event", {"event": "merge_error", "window": window.window,
                                      "error": str(exc)})
             return
-        decision = self.loop.on_observation(observation)
+        self._ready.append(observation)
+
+    def _observe(self, observation: Observation, *, latest: bool) -> None:
+        try:
+            decision = self.loop.on_observation(observation, latest=latest)
+        except Exception:  # a bug must not end the coordinator
+            self._failures += 1
+            if self._failures <= 3:
+                log.exception("coordinator: deciding on window %d failed; going on",
+                              observation.window)
+            return
         if decision is not None:
             log.info("decision %d: %s from step %d (%s)", decision.id,
                      decision.config.describe(), decision.step, decision.reason)

@@ -78,7 +78,10 @@ class TuningLoop:
         self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
 
-    def on_observation(self, obs: Observation) -> Decision | None:
+    def on_observation(self, obs: Observation, *, latest: bool = True) -> Decision | None:
+        """Take one merged window. ``latest=False``: a newer window is already here (the
+        coordinator fell behind, e.g. while a model compiled): the window is measured and
+        logged but not decided on, since a decision from it would come due too late."""
         record: dict[str, Any] = {
             "window": obs.window, "first_step": obs.first_step, "last_step": obs.last_step,
             "steps": obs.steps, "config": obs.config, "speed": obs.speed,
@@ -115,6 +118,12 @@ class TuningLoop:
             log.warning("workers report %s but the coordinator expected %s; following them",
                         obs.config.describe(), self.current.describe())
             self.current = obs.config
+        if not latest:
+            self._remember(obs)
+            self.log.write("window", {**record, "action": "behind",
+                                      "reason": "a newer window is already here: measured, "
+                                      "not decided on"})
+            return None
         if self.tuner is not None:
             self._call("observe_window", obs)
         predicted_current = self._predict_current(obs)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from common.errors import FrameworkMissingError, ModelFileError
+from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import (
     CANDIDATE_FEATURES,
     FEATURE_VERSION,
@@ -147,6 +147,19 @@ class MetaModel:
         """Predicted samples/s of ``job`` under each (partition, credit) in bytes."""
         targets, encoded = self.predict_targets(job, partitions, credits)
         return speed_from_target(targets, encoded.samples_per_step, encoded.ref_s)
+
+    def take_head(self, adapted: MetaModel) -> None:
+        """Use ``adapted``'s head (an online adaptation of a copy of this model) in place:
+        the head's weights are copied into this network, whose compiled scorer reads them as
+        variables, so the next prediction needs no new XLA compile (1.5-2.6 s of rank 0's CPU
+        here, while training runs, for every adaptation)."""
+        if adapted.vocabulary != self.vocabulary:
+            raise ConfigError(f"an adapted head must come from the same model: vocabulary "
+                              f"{adapted.vocabulary} differs from {self.vocabulary}")
+        weights = adapted.network.get_layer("head").get_weights()
+        with self._lock:
+            self.network.get_layer("head").set_weights(weights)
+            self.info = dict(adapted.info)
 
     def save(self, path: str | Path) -> Path:
         """Write one ``.keras`` file with the stamp (atomically: a reader never sees half)."""

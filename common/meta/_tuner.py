@@ -40,12 +40,14 @@ class MetaTuner(Tuner):
 
     def __init__(self, *, predictor: Predictor, space: SearchSpace | None = None, seed: int = 0,
                  base: Config | None = None, servers: int = 1,
-                 adapted_path: str | Path | None = None) -> None:
+                 adapted_path: str | Path | None = None, owns_predictor: bool = False) -> None:
         super().__init__(space=space, seed=seed, base=base)
         if not callable(getattr(predictor, "predict", None)):
             raise ConfigError(f"predictor must have predict(job, partitions, credits), "
                               f"got predictor={predictor!r}")
         self.predictor = predictor
+        # adaptations update an owned model's head in place (its compiled scorer stays valid)
+        self.owns_predictor = owns_predictor
         self.servers = servers
         self.adapted_path = Path(adapted_path) if adapted_path is not None else None
         self.job: MetaInput | None = None
@@ -131,7 +133,11 @@ class MetaTuner(Tuner):
                 return
             self._adaptation = None
             try:
-                self.predictor = job.result()
+                adapted = job.result()
+                if self.owns_predictor and hasattr(self.predictor, "take_head"):
+                    self.predictor.take_head(adapted)  # in place: no new scorer to compile
+                else:  # never change a model the caller handed in; the copy is ours
+                    self.predictor, self.owns_predictor = adapted, True
             except Exception as exc:
                 log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
                 return
@@ -171,6 +177,7 @@ def create_meta_tuner(*, space: SearchSpace | None = None, seed: int = 0,
         from common.meta._model import MetaModel
 
         path = model_path or os.environ.get("AUTOBYTE_META_MODEL") or None
+        options.setdefault("owns_predictor", True)
         try:
             predictor = MetaModel.load(path)
         except (ModelFileError, FrameworkMissingError) as exc:

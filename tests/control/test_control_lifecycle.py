@@ -213,3 +213,30 @@ def test_adapters_refuse_tuning_options_they_set_themselves() -> None:
     assert adapter_options(None) == {} and adapter_options({"lead_s": 1.0}) == {"lead_s": 1.0}
     with pytest.raises(ConfigError, match=r"must not set \['model', 'rank'\].*model_name="):
         adapter_options({"rank": 3, "model": "x", "lead_s": 1.0})
+
+
+def test_a_coordinator_that_fell_behind_decides_on_the_newest_window_only(
+        tmp_path: Path) -> None:
+    """Windows that queued while the loop was busy (a model compiling) are measured and
+    logged as 'behind'; only the newest is decided on, so a decision never comes due in the
+    past."""
+    from common.decision_log import DecisionLog
+    from common.stats import StatsCollector, Window
+
+    config = Config(window_steps=2)
+    fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config, secret=KEY,
+                    tuner=ScriptedTuner([fast]), decision_log=DecisionLog(tmp_path / "d.jsonl"))
+    windows: list[Window] = []
+    collector = StatsCollector(rank=0, num_workers=1, config=config, warmup_after_change=0,
+                               on_window=windows.append)
+    for step in range(8):
+        collector.record_step(step, 1, 0.1)
+    for w in windows:
+        c._add(w)  # as one drain receives them
+    c._decide_ready()
+    c.close()
+    rows = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
+    assert [r["action"] for r in rows] == ["behind", "behind", "behind", "explore"]
+    assert [r["first_step"] for r in rows] == [0, 2, 4, 6]
+    assert c.loop.pending is not None and c.loop.pending.step > 7

@@ -184,6 +184,20 @@ def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, da
     assert before is not None and after is not None
     target = windows[0].speed
     assert abs(after[0] - target) < abs(before[0] - target)
+    # the adapted copy is the tuner's own: later adaptations update its head in place, so
+    # its compiled scorer stays (no XLA compile per adaptation); the caller's model is kept
+    owned, scorer = tuner.predictor, tuner.predictor._scorer  # type: ignore[attr-defined]
+    assert scorer is not None
+    slower = [window(w.config.partition_bytes, w.config.credit_bytes, w.speed / 2)
+              for w in windows]
+    tuner.adapt(slower)
+    assert tuner.wait_adaptation(timeout=300)
+    again = tuner.predict([windows[0].config])
+    assert tuner.predictor is owned and owned._scorer is scorer  # type: ignore[attr-defined]
+    assert again is not None and abs(again[0] - slower[0].speed) < abs(after[0] - slower[0].speed)
+    np.testing.assert_allclose(
+        owned.predict(job, [windows[0].config.partition_bytes],  # type: ignore[attr-defined]
+                      [windows[0].config.credit_bytes]), again, rtol=1e-6)
 
 
 def test_closing_the_tuner_ends_a_running_adaptation(model: MetaModel, data: Dataset) -> None:
