@@ -156,10 +156,14 @@ class Coordinator:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         next_beat = time.monotonic()
+        warm = getattr(self.loop.tuner, "warm_up", None)
         try:
             while not self._stop.is_set():
                 if poller.poll(timeout=100):
                     self._drain()
+                elif callable(warm):  # idle (workers still starting): compile the model now
+                    warm, fn = None, warm
+                    self._warm_up(fn)
                 if time.monotonic() >= next_beat:
                     self._broadcast("heartbeat", self._heartbeat())
                     next_beat = time.monotonic() + self.heartbeat_s
@@ -168,6 +172,15 @@ class Coordinator:
                     break
         finally:
             self._sock.close(0)
+
+    def _warm_up(self, fn: Any) -> None:
+        started = time.monotonic()
+        try:
+            fn()
+        except Exception as exc:  # the first window compiles it then
+            log.warning("coordinator: warming up the tuner failed (%s); going on", exc)
+            return
+        log.info("coordinator: tuner warmed up in %.1f s", time.monotonic() - started)
 
     def _drain(self) -> None:
         """Handle what has arrived, then decide on the newest complete window only: older

@@ -96,6 +96,9 @@ def build_network(*, width: int = 32, lstm: int = 48, dense: int = 96, seed: int
     return keras.Model([seq2, static2, cand2], y, name="autobyte_meta")
 
 
+MIN_BATCH = 16  # candidate batches are padded to a power of two, at least this
+
+
 class MetaModel:
     """A trained network plus its stamp; ``predict`` scores candidates in one batched call.
 
@@ -131,6 +134,11 @@ class MetaModel:
                         credits: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], Any]:
         encoded = encode_job(job, vocabulary=self.vocabulary)
         cands = encode_candidates(encoded, partitions, credits)
+        count = len(cands)
+        # XLA compiles once per input shape (seconds): pad the candidates to a few sizes
+        size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
+        if count and size > count:
+            cands = np.concatenate([cands, np.repeat(cands[-1:], size - count, axis=0)])
         with self._lock:
             if self._scorer is None:
                 self._scorer = self._build_scorer()
@@ -140,7 +148,15 @@ class MetaModel:
             except Exception:  # no XLA for this backend or device: plain graph mode
                 self._scorer.compile(jit_compile=False)
                 out = self._scorer.predict_on_batch(inputs)
-        return np.asarray(out, np.float64).reshape(-1), encoded
+        return np.asarray(out, np.float64).reshape(-1)[:count], encoded
+
+    def warm_up(self, candidates: int = 256) -> None:
+        """Compile the scorer for one and for ``candidates`` candidates now (e.g. when a
+        coordinator starts, before training), not at the first windows while training runs."""
+        job = MetaInput(layer_backward_s=(0.01, 0.01), layer_bytes=(4096, 4096), workers=2,
+                        arch="ps", bandwidth_down_bps=1e9, bandwidth_up_bps=1e9)
+        for count in (1, candidates):
+            self.predict(job, np.full(count, 65536), np.full(count, 65536))
 
     def predict(self, job: MetaInput, partitions: npt.ArrayLike,
                 credits: npt.ArrayLike) -> npt.NDArray[np.float64]:

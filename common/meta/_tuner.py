@@ -58,6 +58,13 @@ class MetaTuner(Tuner):
         self._fallback = BayesianTuner(space=self.space, seed=seed, base=self.base)
         self._warned = False
 
+    def warm_up(self) -> None:
+        """Compile the network's scorer for this space now (the coordinator calls it when it
+        starts), so the first windows are not answered seconds late."""
+        warm = getattr(self.predictor, "warm_up", None)
+        if callable(warm):
+            warm(len(self._grid))
+
     def observe(self, config: Config, speed: float) -> None:
         super().observe(config, speed)
         self._fallback.observe(config, speed)

@@ -240,3 +240,21 @@ def test_a_coordinator_that_fell_behind_decides_on_the_newest_window_only(
     assert [r["action"] for r in rows] == ["behind", "behind", "behind", "explore"]
     assert [r["first_step"] for r in rows] == [0, 2, 4, 6]
     assert c.loop.pending is not None and c.loop.pending.step > 7
+
+
+def test_the_coordinator_warms_its_tuner_up_once_while_idle() -> None:
+    """A model tuner compiles its scorer (seconds) while workers are still starting, not
+    at the first windows of training."""
+    tuner = ScriptedTuner([Config()])
+    calls: list[float] = []
+    tuner.warm_up = lambda: calls.append(time.monotonic())  # type: ignore[attr-defined]
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=Config(), secret=KEY,
+                    tuner=tuner).start()
+    try:
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        c.close()
+    assert len(calls) == 1

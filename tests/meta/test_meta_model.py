@@ -225,3 +225,19 @@ def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
     speeds = shipped.predict(holdout.job(0), parts, credits)
     assert speeds.shape == (len(parts),) and np.all(np.isfinite(speeds) & (speeds > 0))
     assert isinstance(create("meta"), MetaTuner)
+
+
+def test_candidate_batches_are_padded_without_changing_predictions(model: MetaModel,
+                                                                  data: Dataset) -> None:
+    """XLA compiles once per shape, so batches are padded to powers of two (>= 16): each
+    candidate's prediction is the same alone, in a small batch and in the whole grid."""
+    parts, credits = grid()
+    job = data.job(2)
+    whole = model.predict(job, parts, credits)
+    assert whole.shape == (len(parts),)
+    for i in (0, 7, len(parts) - 1):
+        np.testing.assert_allclose(model.predict(job, parts[i:i + 1], credits[i:i + 1]),
+                                   whole[i:i + 1], rtol=1e-5)
+    np.testing.assert_allclose(model.predict(job, parts[:3], credits[:3]), whole[:3], rtol=1e-5)
+    model.warm_up(len(parts))  # compiles the shapes the tuner uses; predictions unchanged
+    np.testing.assert_allclose(model.predict(job, parts, credits), whole, rtol=1e-6)
