@@ -103,6 +103,10 @@ def register(subparsers: Any) -> None:
     ev.add_argument("--data", default="datasets/sim_holdout_v1.npz", help="dataset .npz")
     ev.add_argument("--runs", action="append", metavar="PATTERN",
                     help="only the testbed runs matching (shell pattern on job_run; repeatable)")
+    ev.add_argument("--online", action="store_true",
+                    help="also replay each testbed run window by window, adapting online "
+                    "(ridge, the tuner's default) on its past windows before scoring the next, "
+                    "against the same replay without adapting (about 1 s per window)")
     ev.set_defaults(func=_eval)
 
 
@@ -297,6 +301,17 @@ def _eval(args: argparse.Namespace) -> int:
     sources = sorted(set(data["job_source"].tolist()))
     print(f"{args.data} (source: {', '.join(sources)}): "
           f"{_describe(model, data, per_run=True)}")
+    if args.online:
+        from common.meta import evaluate_online
+
+        real = data.select_jobs(data["job_run"] != "")
+        if not real.num_jobs:
+            raise ConfigError(f"--online needs testbed runs; {args.data} has none")
+        for method in (None, "ridge"):
+            name = "adapting online (ridge)" if method else "the same replay, not adapting"
+            _say(f"replaying {len(real.runs())} run(s), {name}:")
+            got = evaluate_online(model, real, method=method, report=_say)
+            print(f"testbed runs replayed window by window, {name}: {got.describe()}")
     grid = np.array(list(SearchSpace()))
     job = data.job(0)
     model.predict(job, grid[:, 0], grid[:, 0] * grid[:, 1])  # compile once

@@ -29,7 +29,15 @@ from common.meta._features import (
     target_from_speed,
 )
 from common.meta._model import FORMAT_VERSION, PRETRAINED, MetaModel, build_network
-from common.meta._train import Adaptation, EvalReport, adapt, evaluate, fine_tune, train
+from common.meta._train import (
+    Adaptation,
+    EvalReport,
+    adapt,
+    evaluate,
+    evaluate_online,
+    fine_tune,
+    train,
+)
 from common.meta._tuner import MetaTuner, Predictor, create_meta_tuner
 from common.tuners import register as _register
 
@@ -56,6 +64,7 @@ __all__ = [
     "encode_candidates",
     "encode_job",
     "evaluate",
+    "evaluate_online",
     "fine_tune",
     "generate",
     "speed_from_target",

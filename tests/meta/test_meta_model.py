@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("keras", reason="Keras 3 is not installed: the meta-network needs it")
 
-from common.errors import ModelFileError
+from common.errors import ConfigError, ModelFileError
 from common.meta import (
     Dataset,
     MetaModel,
@@ -207,7 +207,7 @@ def test_closing_the_tuner_ends_a_running_adaptation(model: MetaModel, data: Dat
                for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
                                      data["credit_bytes"], data["speed"], strict=True)]
     tuner = MetaTuner(predictor=model)
-    tuner._adaptation = adapt(model, samples[:8], epochs=5000)  # would run for minutes
+    tuner._adaptation = adapt(model, samples[:8], method="adam", epochs=5000)  # minutes
     started = time.perf_counter()
     tuner.close(timeout=60)
     assert tuner._adaptation.done and time.perf_counter() - started < 60
@@ -241,3 +241,50 @@ def test_candidate_batches_are_padded_without_changing_predictions(model: MetaMo
     np.testing.assert_allclose(model.predict(job, parts[:3], credits[:3]), whole[:3], rtol=1e-5)
     model.warm_up(len(parts))  # compiles the shapes the tuner uses; predictions unchanged
     np.testing.assert_allclose(model.predict(job, parts, credits), whole, rtol=1e-6)
+
+
+def test_ridge_adaptation_refits_only_the_output_layer(model: MetaModel, data: Dataset) -> None:
+    """The default adaptation keeps the hidden layers and pulls the output layer toward the
+    observations only as far as the ridge allows: a huge ridge changes nothing, a small one
+    fits a 1.7x slowdown; both 'adam' and a bad method are checked by name."""
+    samples = [Sample(data.job(int(j)), int(p), int(c), float(v) / 1.7)
+               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                     data["credit_bytes"], data["speed"], strict=True)][:40]
+    before = model.network.get_layer("head").get_weights()
+    loose = adapt(model, samples, ridge=1e-3, background=False).result()
+    stiff = adapt(model, samples, ridge=1e9, background=False).result()
+    after = loose.network.get_layer("head").get_weights()
+    for w, v in zip(before[:-2], after[:-2], strict=True):
+        np.testing.assert_array_equal(w, v)
+    assert not np.allclose(before[-2], after[-2]) and loose.info["adapted_by"] == "ridge"
+    for w, v in zip(before, stiff.network.get_layer("head").get_weights(), strict=True):
+        np.testing.assert_allclose(w, v, atol=1e-5)
+    assert evaluate(loose, samples).mape < 0.5 * evaluate(model, samples).mape
+    with pytest.raises(ConfigError, match="method must be one of"):
+        adapt(model, samples, method="sgd")
+    with pytest.raises(ConfigError, match="ridge must be"):
+        adapt(model, samples, ridge=0)
+
+
+def test_online_replay_of_real_runs_scores_each_next_window() -> None:
+    """``autobyte meta eval --online`` on a shipped 3-window testbed run: without adapting,
+    window 2 is scored with window 1's statistics by the model as it is; adapting (on
+    windows 0-1) changes the model, not the protocol."""
+    from common.meta import evaluate_online
+
+    path = Path(__file__).parents[2] / "datasets" / "testbed_v1.npz"
+    run = Dataset.load(path).select_runs("mxnet-mlp-300mbit/*")
+    assert run.num_jobs == 3
+    shipped = MetaModel.load()
+    plain = evaluate_online(shipped, run, method=None)
+    speeds = run["speed"]
+    predicted = shipped.predict(run.job(1), run["partition_bytes"], run["credit_bytes"])
+    row = int(np.flatnonzero(run["sample_job"] == 2)[0])
+    assert (plain.rows, plain.jobs) == (1, 1)
+    assert plain.mape == pytest.approx(abs(predicted[row] - speeds[row]) / speeds[row])
+    assert plain.fraction_of_best == pytest.approx(
+        speeds[int(np.argmax(predicted))] / speeds.max())
+    adapted = evaluate_online(shipped, run, method="ridge")
+    assert adapted.rows == 1 and adapted.mape != plain.mape
+    with pytest.raises(ConfigError, match="needs testbed runs"):
+        evaluate_online(shipped, run.select_jobs(run["job_run"] == ""))
