@@ -8,7 +8,8 @@ true speed of the candidate the model ranks first as a fraction of the best cand
 
 Adaptation fine-tunes the head only (the encoder of layers and cluster stays frozen) on recent
 observations of the running job, in a background thread on a copy of the network: the caller
-keeps predicting with the old model until the new one is ready.
+keeps predicting with the old model until the new one is ready. By default it refits just the
+output layer, by ridge regression toward its trained weights (see ``adapt``).
 """
 
 from __future__ import annotations
