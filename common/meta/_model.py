@@ -111,6 +111,7 @@ class MetaModel:
         self.vocabulary = tuple(vocabulary)
         self.info = dict(info or {})
         self._scorer: Any = None
+        self._encoder: Any = None
         self._lock = threading.Lock()
 
     def _build_scorer(self) -> Any:
@@ -150,6 +151,27 @@ class MetaModel:
                 out = self._scorer.predict_on_batch(inputs)
         return np.asarray(out, np.float64).reshape(-1)[:count], encoded
 
+    def encode(self, sequence: npt.NDArray[np.float32],
+               static: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+        """The encoder's vectors for a batch of jobs (what adaptation fits the head on), in a
+        compiled graph padded to a few batch sizes: about 0.7 s eager for a dozen windows,
+        milliseconds compiled."""
+        count = len(sequence)
+        size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
+        if count and size > count:
+            sequence = np.concatenate([sequence, np.repeat(sequence[-1:], size - count, 0)])
+            static = np.concatenate([static, np.repeat(static[-1:], size - count, 0)])
+        with self._lock:
+            if self._encoder is None:
+                keras = keras_module()
+                seq = keras.Input((SEQ_LEN, SEQ_FEATURES), name="sequence")
+                stat = keras.Input((STATIC_FEATURES,), name="static")
+                self._encoder = keras.Model([seq, stat],
+                                            self.network.get_layer("encoder")([seq, stat]))
+                self._encoder.compile(jit_compile=False)
+            out = self._encoder.predict_on_batch([sequence, static])
+        return np.asarray(out, np.float64)[:count]
+
     def warm_up(self, candidates: int = 256) -> None:
         """Compile the scorer for one and for ``candidates`` candidates now (e.g. when a
         coordinator starts, before training), not at the first windows while training runs."""
@@ -157,6 +179,10 @@ class MetaModel:
                         arch="ps", bandwidth_down_bps=1e9, bandwidth_up_bps=1e9)
         for count in (1, candidates):
             self.predict(job, np.full(count, 65536), np.full(count, 65536))
+        encoded = encode_job(job, vocabulary=self.vocabulary)
+        for count in (MIN_BATCH, 2 * MIN_BATCH):  # adaptation: up to 20 recent windows
+            self.encode(np.repeat(encoded.sequence[None], count, 0),
+                        np.repeat(encoded.static[None], count, 0))
 
     def predict(self, job: MetaInput, partitions: npt.ArrayLike,
                 credits: npt.ArrayLike) -> npt.NDArray[np.float64]:

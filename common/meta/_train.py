@@ -367,8 +367,7 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
         with model._lock:
             clone = keras.models.clone_model(model.network)
             clone.set_weights(model.network.get_weights())
-        vectors = keras.ops.convert_to_numpy(
-            clone.get_layer("encoder")([data.sequence, data.static], training=False))
+        vectors = model.encode(data.sequence, data.static)  # the copy's encoder is the same
         head = clone.get_layer("head")
         x = np.concatenate([vectors, data.candidate], axis=1).astype(np.float64)
         y = np.asarray(data.target, np.float64).reshape(-1, 1)

@@ -32,6 +32,7 @@ from common.meta import (
     train,
 )
 from common.meta._model import STAMP
+from common.meta._train import arrays
 from common.tuners import BayesianTuner, SearchSpace
 
 TINY = {"width": 8, "lstm": 8, "dense": 16}
@@ -241,6 +242,13 @@ def test_candidate_batches_are_padded_without_changing_predictions(model: MetaMo
     np.testing.assert_allclose(model.predict(job, parts[:3], credits[:3]), whole[:3], rtol=1e-5)
     model.warm_up(len(parts))  # compiles the shapes the tuner uses; predictions unchanged
     np.testing.assert_allclose(model.predict(job, parts, credits), whole, rtol=1e-6)
+    # the compiled, padded encoder adaptation uses gives the network's own vectors
+    batch = arrays(data, model.vocabulary)
+    for count in (3, 17):
+        eager = model.network.get_layer("encoder")(
+            [batch.sequence[:count], batch.static[:count]], training=False)
+        np.testing.assert_allclose(model.encode(batch.sequence[:count], batch.static[:count]),
+                                   np.asarray(eager), rtol=1e-4, atol=1e-5)
 
 
 def test_ridge_adaptation_refits_only_the_output_layer(model: MetaModel, data: Dataset) -> None:
