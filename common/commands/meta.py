@@ -103,10 +103,11 @@ def register(subparsers: Any) -> None:
     ev.add_argument("--data", default="datasets/sim_holdout_v1.npz", help="dataset .npz")
     ev.add_argument("--runs", action="append", metavar="PATTERN",
                     help="only the testbed runs matching (shell pattern on job_run; repeatable)")
-    ev.add_argument("--online", action="store_true",
-                    help="also replay each testbed run window by window, adapting online "
-                    "(ridge, the tuner's default) on its past windows before scoring the next, "
-                    "against the same replay without adapting (about 1 s per window)")
+    ev.add_argument("--online", nargs="?", const="ridge", metavar="METHODS",
+                    help="also replay each testbed run window by window, adapting online with "
+                    "each of METHODS (comma-separated: ridge, the tuner's default, and/or adam; "
+                    "default ridge) on its past windows before scoring the next, against the "
+                    "same replay without adapting (1-3 s per window)")
     ev.set_defaults(func=_eval)
 
 
@@ -303,12 +304,18 @@ def _eval(args: argparse.Namespace) -> int:
           f"{_describe(model, data, per_run=True)}")
     if args.online:
         from common.meta import evaluate_online
+        from common.meta._train import ADAPT_METHODS
 
         real = data.select_jobs(data["job_run"] != "")
         if not real.num_jobs:
             raise ConfigError(f"--online needs testbed runs; {args.data} has none")
-        for method in (None, "ridge"):
-            name = "adapting online (ridge)" if method else "the same replay, not adapting"
+        methods = [m.strip() for m in args.online.split(",") if m.strip()]
+        unknown = sorted(set(methods) - set(ADAPT_METHODS))
+        if unknown or not methods:
+            raise ConfigError(f"--online takes adaptation methods from {list(ADAPT_METHODS)}, "
+                              f"got --online {args.online!r}")
+        for method in [None, *methods]:
+            name = f"adapting online ({method})" if method else "the same replay, not adapting"
             _say(f"replaying {len(real.runs())} run(s), {name}:")
             got = evaluate_online(model, real, method=method, report=_say)
             print(f"testbed runs replayed window by window, {name}: {got.describe()}")

@@ -162,8 +162,8 @@ class Coordinator:
                 if poller.poll(timeout=100):
                     self._drain()
                 elif callable(warm):  # idle (workers still starting): compile the model now
-                    warm, fn = None, warm
-                    self._warm_up(fn)
+                    self._warm_up(warm)
+                    warm = None
                 if time.monotonic() >= next_beat:
                     self._broadcast("heartbeat", self._heartbeat())
                     next_beat = time.monotonic() + self.heartbeat_s

@@ -96,7 +96,17 @@ def build_network(*, width: int = 32, lstm: int = 48, dense: int = 96, seed: int
     return keras.Model([seq2, static2, cand2], y, name="autobyte_meta")
 
 
-MIN_BATCH = 16  # candidate batches are padded to a power of two, at least this
+MIN_BATCH = 16  # batches are padded to a power of two, at least this
+
+
+def _padded(rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``rows`` with its last row repeated up to a power of two (>= MIN_BATCH) rows: compiled
+    graphs trace (XLA: compile, seconds) once per input shape, so only a few shapes occur."""
+    count = len(rows)
+    size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
+    if not count or size == count:
+        return rows
+    return np.concatenate([rows, np.repeat(rows[-1:], size - count, axis=0)])
 
 
 class MetaModel:
@@ -136,10 +146,7 @@ class MetaModel:
         encoded = encode_job(job, vocabulary=self.vocabulary)
         cands = encode_candidates(encoded, partitions, credits)
         count = len(cands)
-        # XLA compiles once per input shape (seconds): pad the candidates to a few sizes
-        size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
-        if count and size > count:
-            cands = np.concatenate([cands, np.repeat(cands[-1:], size - count, axis=0)])
+        cands = _padded(cands)
         with self._lock:
             if self._scorer is None:
                 self._scorer = self._build_scorer()
@@ -154,13 +161,9 @@ class MetaModel:
     def encode(self, sequence: npt.NDArray[np.float32],
                static: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
         """The encoder's vectors for a batch of jobs (what adaptation fits the head on), in a
-        compiled graph padded to a few batch sizes: about 0.7 s eager for a dozen windows,
-        milliseconds compiled."""
+        compiled graph padded to a few batch sizes (eager, a dozen windows took 0.7 s here)."""
         count = len(sequence)
-        size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
-        if count and size > count:
-            sequence = np.concatenate([sequence, np.repeat(sequence[-1:], size - count, 0)])
-            static = np.concatenate([static, np.repeat(static[-1:], size - count, 0)])
+        sequence, static = _padded(sequence), _padded(static)
         with self._lock:
             if self._encoder is None:
                 keras = keras_module()
@@ -193,8 +196,9 @@ class MetaModel:
     def take_head(self, adapted: MetaModel) -> None:
         """Use ``adapted``'s head (an online adaptation of a copy of this model) in place:
         the head's weights are copied into this network, whose compiled scorer reads them as
-        variables, so the next prediction needs no new XLA compile (1.5-2.6 s of rank 0's CPU
-        here, while training runs, for every adaptation)."""
+        variables, so the next prediction needs no new XLA compile (seconds of rank 0's CPU
+        while training runs, for every adaptation: the coordinator logs how long its first
+        compile, the warm-up, took)."""
         if adapted.vocabulary != self.vocabulary:
             raise ConfigError(f"an adapted head must come from the same model: vocabulary "
                               f"{adapted.vocabulary} differs from {self.vocabulary}")

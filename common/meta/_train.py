@@ -251,8 +251,6 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
     adaptation), then score with window t-1's statistics. The error is that of window t's
     configuration against its speed; the pick is the run's best-predicted configuration,
     as a fraction of the run's best. ``report`` gets a line per run."""
-    from common.meta._features import Sample
-
     errors: list[float] = []
     fractions: list[float] = []
     runs = dataset.runs()
@@ -344,14 +342,16 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
       ridge regression toward its trained weights (``ridge``: the pull toward them). On the
       held-out real testbed runs, adapting on each run's past windows before predicting its
       next one, this cut MAPE from 19.9% to 18.3% and kept the pick at 94.0% of the best
-      (94.1% without adapting), where training all three dense layers raised MAPE to 24-34%
-      and lowered the pick to 86-93%: a few windows of one job over-fit a whole head (one
-      demo run then predicted +276% for a configuration it had never measured).
+      (94.1% without adapting), where training all three dense layers ("adam") raised MAPE
+      to 33.8% and lowered the pick to 86.4%: a few windows of one job over-fit a whole head
+      (`autobyte meta eval --data datasets/testbed_v1.npz --runs '*-300mbit/*'
+      --online ridge,adam`).
     - ``method="adam"``: the head's three dense layers train with Adam (``epochs``,
       ``learning_rate``); for many observations of a shifted environment.
 
-    Either costs about a second of one core (mostly copying the network) and queues almost
-    no work in TensorFlow's thread pools, which a training worker shares. Returns at once
+    The encoder runs in a compiled graph (``MetaModel.encode``), so a ridge adaptation costs
+    rank 0 a fraction of a second (``benchmarks/meta_bench.py`` measures it) and queues
+    almost no work in TensorFlow's thread pools, which a training worker shares. Returns at once
     (``background=True``); the Adaptation's ``result()`` is the new model."""
     if not samples:
         raise ConfigError("adapt needs at least one observation, got none")

@@ -86,3 +86,12 @@ def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: P
                  "run3/*"])
     assert code == 0
     assert "run3/decisions-x: 36 rows, 6 jobs" in capsys.readouterr().out
+    code = main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
+                 "run3/*", "--online", "ridge"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "replayed window by window, the same replay, not adapting: 4 rows" in captured.out
+    assert "replayed window by window, adapting online (ridge): 4 rows" in captured.out
+    assert main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
+                 "run3/*", "--online", "ridge,sgd"]) == 2
+    assert "--online takes adaptation methods from ['ridge', 'adam']" in capsys.readouterr().err
