@@ -7,7 +7,7 @@
     autobyte meta collect --run --out runs/testbed.npz        # real runs (root: shaped links)
     autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
     autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v1.npz \
-        --data datasets/testbed_v1.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
+        --data datasets/testbed_v2.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
 
 ``--holdout`` draws only what training never sees (DenseNet-121, random layer profiles from
 another stream, 2-5 Gbit/s links); ``--grid`` runs every candidate of the tuner's search space
@@ -92,6 +92,9 @@ def register(subparsers: Any) -> None:
                     help="--run: most configurations one job sweeps (at least 4)")
     co.add_argument("--budget", type=float, default=30.0,
                     help="--run: seconds of training per job the sweep is sized to (estimated)")
+    co.add_argument("--sweep-steps", type=int, default=15,
+                    help="--run: steps per configuration (windows of 5: the first holds the "
+                    "switch, the rest are samples; default 15)")
     co.add_argument("--seed", type=int, default=0, help="--run: which configurations are drawn")
     co.add_argument("--logs", help="--run: folder for the jobs' logs (default runs/collect-<time>)")
     co.add_argument("--timeout", type=float, default=300.0, help="--run: seconds per job")
@@ -175,7 +178,8 @@ def _collect(args: argparse.Namespace) -> int:
         jobs = sweep_plan(frameworks=_split(args.frameworks, "--frameworks"),
                           models=_split(args.models, "--models"),
                           rates=_split(args.rates, "--rates"), max_configs=args.max_configs,
-                          budget_s=args.budget, seed=args.seed)
+                          budget_s=args.budget, seed=args.seed,
+                          sweep_steps=args.sweep_steps)
         logs_dir = Path(args.logs or time.strftime("runs/collect-%Y%m%d-%H%M%S"))
         _say(f"collect: {len(jobs)} sweep jobs, {sum(len(j.configs) for j in jobs)} "
              f"configurations, logs in {logs_dir}")

@@ -16,7 +16,8 @@ is assumed to run at least as long again as it has run), so a switch whose gain 
 its cost is not made.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
-present: ``observe_window(observation)`` (the Table II features, before ``propose``),
+present: ``observe_window(observation)`` (the Table II features of every complete window,
+those not decided on included, before ``propose``),
 ``predict(configs) -> speeds`` (a model: the meta-network), ``candidates`` (a list or a method
 returning the Configs it can score: the best few other ones are offered to the trigger and
 logged), and ``adapt(observations)`` or ``reset()`` (the trigger saw predictions drift: the
@@ -95,6 +96,7 @@ class TuningLoop:
         self._recent.append(obs)
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
         self._call("observe", obs.config, obs.speed)
+        self._call("observe_window", obs)
         if self.pending is not None:
             applied = knobs(obs.config) == knobs(self.pending.config)
             if not applied and obs.first_step < self.pending.step:
@@ -124,8 +126,6 @@ class TuningLoop:
                                       "reason": "a newer window is already here: measured, "
                                       "not decided on"})
             return None
-        if self.tuner is not None:
-            self._call("observe_window", obs)
         predicted_current = self._predict_current(obs)
         self._remember(obs)
         candidates = self._candidates(obs)

@@ -2,8 +2,9 @@
 
 A job's coordinator logs every merged window (``common.decision_log``): the configuration in
 force, the speed it reached and the whole observation (Table II). Every usable window becomes
-one ``Sample``: the job as that window's statistics describe it, the window's (partition,
-credit) and its speed. Left out, and counted by reason: a log's first window (it holds the
+one ``Sample``: the job as the tuner saw it at that window (``JobTracker``: the link as the
+best of the recent windows, layer times their median), the window's (partition, credit) and
+its speed. Left out, and counted by reason: a log's first window (it holds the
 trace and warm-up); the first window after every change of configuration (it holds the switch
 and the retrace), unless the log lacks the window before it (which then held the switch) and
 it measured every one of its steps (no retrace); windows cut short by a switch between window
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from common.errors import ConfigError, ControlError
-from common.meta._features import MetaInput, Sample
+from common.meta._features import JobTracker, MetaInput, Sample
 
 __all__ = [
     "LogSamples",
@@ -113,7 +114,6 @@ def samples_from_log(path: str | Path, *, servers: int = 1,
                      run: str | None = None) -> LogSamples:
     """The usable windows of one decision log as Samples (module docstring says which)."""
     from common.decision_log import read_log
-    from common.stats import Observation
 
     path = Path(path)
     try:
@@ -132,8 +132,10 @@ def samples_from_log(path: str | Path, *, servers: int = 1,
     previous: tuple[int, int] | None = None
     previous_last = -1
     first = True
+    tracker = JobTracker()
     for record in windows:
         out.windows += 1
+        job = _track(tracker, record, servers)
         knobs = _knobs(record.get("config"))
         changed = knobs != previous
         follows = _step(record, "first_step") == previous_last + 1
@@ -163,15 +165,26 @@ def samples_from_log(path: str | Path, *, servers: int = 1,
                 or not math.isfinite(speed) or speed <= 0:
             out.skipped["no configuration or no positive speed"] += 1
             continue
-        try:
-            obs = Observation.from_dict(record.get("observation") or {})
-            job = MetaInput.from_observation(obs, servers=servers)
-        except (ConfigError, ControlError):
+        if job is None:
             out.skipped["no usable observation (per-layer times)"] += 1
             continue
         out.samples.append(Sample(job, knobs[0], knobs[1], float(speed)))
         out.runs.append(name)
     return out
+
+
+def _track(tracker: JobTracker, record: dict[str, Any], servers: int) -> MetaInput | None:
+    """The job as the tuner saw it at this window (``JobTracker`` over every complete window
+    with statistics, the left-out ones included); None if this window has none."""
+    from common.stats import Observation
+
+    if record.get("action") == "skip":
+        return None
+    try:
+        obs = Observation.from_dict(record.get("observation") or {})
+        return tracker.update(MetaInput.from_observation(obs, servers=servers))
+    except (ConfigError, ControlError):
+        return None
 
 
 def _step(record: dict[str, Any], name: str) -> int:
@@ -208,6 +221,12 @@ def samples_from_logs(paths: Sequence[str | Path], *, servers: int = 1) -> LogSa
 
 # --- sweeps on the testbed -----------------------------------------------------------------
 
+# steps per configuration: three windows of 5, the first holds the switch, the other two are
+# samples (a 10-step mean per configuration, the meta-network's target)
+SWEEP_STEPS = 15
+WINDOW_STEPS = 5
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepJob:
     name: str
@@ -215,13 +234,13 @@ class SweepJob:
     model: str
     rate: str
     configs: tuple[tuple[int, int], ...]
+    sweep_steps: int = SWEEP_STEPS
 
     @property
     def steps(self) -> int:
-        return SWEEP_STEPS * len(self.configs)
+        return self.sweep_steps * len(self.configs)
 
 
-SWEEP_STEPS = 10  # two windows of 5 per configuration: the second is the sample
 FRAMEWORKS = ("tensorflow", "mxnet")
 
 
@@ -262,9 +281,11 @@ def estimated_step_s(framework: str, model: str, rate: str) -> float:
 
 
 def sweep_plan(*, frameworks: Sequence[str], models: Sequence[str], rates: Sequence[str],
-               max_configs: int = 12, budget_s: float = 30.0, seed: int = 0) -> list[SweepJob]:
+               max_configs: int = 12, budget_s: float = 30.0, seed: int = 0,
+               sweep_steps: int = SWEEP_STEPS) -> list[SweepJob]:
     """One job per framework x model x rate; each sweeps as many configurations (4 to
-    ``max_configs``) as fit ``budget_s`` seconds of training at its estimated step time."""
+    ``max_configs``), ``sweep_steps`` steps each, as fit ``budget_s`` seconds of training at
+    its estimated step time."""
     from common.progress import MODELS
     from common.units import parse_rate
 
@@ -281,15 +302,19 @@ def sweep_plan(*, frameworks: Sequence[str], models: Sequence[str], rates: Seque
         raise ConfigError(f"max_configs must be >= 4, got max_configs={max_configs}")
     if not budget_s > 0:
         raise ConfigError(f"budget_s must be > 0 seconds, got budget_s={budget_s!r}")
+    if sweep_steps < 2 * WINDOW_STEPS:
+        raise ConfigError(f"sweep_steps must be >= {2 * WINDOW_STEPS} (a switch window and a "
+                          f"sample window of {WINDOW_STEPS} steps), got sweep_steps={sweep_steps}")
     jobs = []
     for framework in frameworks:
         for model in models:
             for rate in rates:
                 step = estimated_step_s(framework, model, rate)
-                count = max(4, min(max_configs, int(budget_s / (SWEEP_STEPS * step))))
+                count = max(4, min(max_configs, int(budget_s / (sweep_steps * step))))
                 name = f"{framework}-{model}-{rate}"
                 rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-                jobs.append(SweepJob(name, framework, model, rate, sweep_configs(count, rng)))
+                jobs.append(SweepJob(name, framework, model, rate, sweep_configs(count, rng),
+                                     sweep_steps))
     return jobs
 
 
@@ -305,8 +330,8 @@ def run_sweeps(jobs: Sequence[SweepJob], *, out: Path, timeout: float = 300.0,
     began = time.monotonic()
     for i, job in enumerate(jobs):
         spec = JobSpec(job.name, framework=job.framework, model=job.model, steps=job.steps,
-                       window=5, start=job.configs[0], sweep=job.configs,
-                       sweep_steps=SWEEP_STEPS)
+                       window=WINDOW_STEPS, start=job.configs[0], sweep=job.configs,
+                       sweep_steps=job.sweep_steps)
         say(f"collect: job {i + 1}/{len(jobs)} {job.name}: {len(job.configs)} configurations, "
             f"{job.steps} steps")
         t0 = time.monotonic()

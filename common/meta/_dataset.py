@@ -193,8 +193,10 @@ class Dataset:
     def as_deployed(self) -> Dataset:
         """Testbed windows paired as the tuner uses them: the tuner scores every candidate
         with the statistics of the window in force, so each window of a run becomes a job
-        whose samples are every sampled configuration of that run (its own included).
-        Jobs without a run (the simulator's) are kept as they are."""
+        whose samples are every sampled configuration of that run (its own included), each
+        at the mean speed of its windows in the run (``collect --run`` samples two 5-step
+        windows a configuration: a 10-step mean). Jobs without a run (the simulator's) are
+        kept as they are."""
         parts: list[dict[str, Any]] = []
         by_run: dict[str, list[int]] = {}
         for j, run in enumerate(self["job_run"].tolist()):
@@ -204,8 +206,14 @@ class Dataset:
                 parts.append(self._part(j))
         for jobs in by_run.values():
             own = [self._part(j) for j in jobs]
-            targets = {k: np.concatenate([p[k] for p in own])
-                       for k in ("partition_bytes", "credit_bytes", "speed")}
+            speeds: dict[tuple[int, int], list[float]] = {}
+            for part in own:
+                for p, c, v in zip(part["partition_bytes"], part["credit_bytes"],
+                                   part["speed"], strict=True):
+                    speeds.setdefault((int(p), int(c)), []).append(float(v))
+            targets = {"partition_bytes": np.array([k[0] for k in speeds], np.int64),
+                       "credit_bytes": np.array([k[1] for k in speeds], np.int64),
+                       "speed": np.array([np.mean(v) for v in speeds.values()])}
             for context in own:
                 per_step = int(context["job_workers"]) * int(context["job_batch_size"])
                 parts.append({**context, **targets,

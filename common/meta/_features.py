@@ -24,6 +24,7 @@ its cumulative fractions are > 0).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "SEQ_LEN",
     "STATIC_FEATURES",
     "EncodedJob",
+    "JobTracker",
     "MetaInput",
     "Sample",
     "comm_factor",
@@ -134,6 +136,52 @@ class MetaInput:
                    bandwidth_down_bps=float(np.mean(obs.bandwidth_down)),
                    bandwidth_up_bps=float(np.mean(obs.bandwidth_up)), servers=servers,
                    model=obs.model, batch_size=batch)
+
+
+class JobTracker:
+    """The job as the meta-network is shown it, from its last ``history`` windows.
+
+    One window's statistics move with the configuration in force: an adapter that does not
+    time its links reports B_u, B_d as bytes over step time, so a slow configuration reads as a
+    slow link (on the testbed, one TensorFlow job's windows read its 1 Gbit/s link as 57 Mbit/s
+    under 16 KiB partitions and 882 under 512 KiB ones), and small partitions' CPU cost slows
+    the measured layers. Scoring
+    every candidate with one window's figures then carries that window's configuration into
+    all of them. So the link is the best B_u, B_d among the recent windows (what the job has
+    shown it can move) and each layer's time the median of theirs. A window of another job
+    (other layers, workers or architecture) starts the history anew. The tuner and the
+    dataset's testbed rows (``common.meta._collect``) both describe jobs this way.
+    """
+
+    def __init__(self, history: int = 8) -> None:
+        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+            raise ConfigError(f"history must be an int >= 1 window, got history={history!r}")
+        self.history = history
+        self._recent: collections.deque[MetaInput] = collections.deque(maxlen=history)
+
+    def reset(self) -> None:
+        self._recent.clear()
+
+    def keep_newest(self) -> None:
+        """Forget all but the newest window (the environment changed: e.g. the link)."""
+        while len(self._recent) > 1:
+            self._recent.popleft()
+
+    def update(self, window: MetaInput) -> MetaInput:
+        """Add the newest window; the job as the recent windows describe it."""
+        if self._recent:
+            last = self._recent[-1]
+            if (last.layer_bytes, last.workers, last.arch, last.servers) != \
+                    (window.layer_bytes, window.workers, window.arch, window.servers):
+                self._recent.clear()
+        self._recent.append(window)
+        if len(self._recent) == 1:
+            return window
+        times = np.median(np.array([w.layer_backward_s for w in self._recent]), axis=0)
+        return dataclasses.replace(
+            window, layer_backward_s=tuple(float(t) for t in times),
+            bandwidth_down_bps=max(w.bandwidth_down_bps for w in self._recent),
+            bandwidth_up_bps=max(w.bandwidth_up_bps for w in self._recent))
 
 
 @dataclasses.dataclass(frozen=True)

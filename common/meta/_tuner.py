@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
-from common.meta._features import MetaInput
+from common.meta._features import JobTracker, MetaInput
 from common.tuners import BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
@@ -51,6 +51,7 @@ class MetaTuner(Tuner):
         self.servers = servers
         self.adapted_path = Path(adapted_path) if adapted_path is not None else None
         self.job: MetaInput | None = None
+        self._tracker = JobTracker()
         self._grid = np.array(list(self.space), dtype=np.int64)
         self._proposal: Config | None = None
         self._adaptation: Any = None
@@ -72,11 +73,14 @@ class MetaTuner(Tuner):
     def reset(self) -> None:
         super().reset()
         self._fallback.reset()
+        self._tracker.reset()
 
     def observe_window(self, observation: Any) -> None:
-        """Table II statistics of the latest merged window: the job the network scores."""
+        """Table II statistics of the latest merged window: with the recent ones
+        (``JobTracker``), the job the network scores."""
         try:
-            self.job = MetaInput.from_observation(observation, servers=self.servers)
+            self.job = self._tracker.update(
+                MetaInput.from_observation(observation, servers=self.servers))
         except ConfigError as exc:
             log.warning("meta tuner: window %s not usable (%s); keeping the last one",
                         getattr(observation, "window", "?"), exc)
@@ -121,13 +125,16 @@ class MetaTuner(Tuner):
         if not isinstance(self.predictor, MetaModel) or self._adaptation is not None:
             return
         samples = []
+        tracker = JobTracker(self._tracker.history)  # each window as the tuner saw it
         for obs in observations:
             try:
-                job = MetaInput.from_observation(obs, servers=self.servers)
+                job = tracker.update(MetaInput.from_observation(obs, servers=self.servers))
             except ConfigError:
                 continue
             samples.append(Sample(job, obs.config.partition_bytes, obs.config.credit_bytes,
                                   float(obs.speed)))
+        # the environment changed: what the older windows showed of the link is stale
+        self._tracker.keep_newest()
         if samples:
             log.info("meta tuner: adapting the head on %d window(s) in the background",
                      len(samples))

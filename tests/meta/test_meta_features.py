@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.errors import ConfigError
-from common.meta import SEQ_LEN, MetaInput, encode_candidates, encode_job
+from common.meta import SEQ_LEN, JobTracker, MetaInput, encode_candidates, encode_job
 from common.meta._features import (
     CANDIDATE_FEATURES,
     KNOWN_MODELS,
@@ -118,3 +118,33 @@ def test_from_observation_averages_workers() -> None:
     obs.layer_backward_s = ()
     with pytest.raises(ConfigError, match="per-layer backward times"):
         MetaInput.from_observation(obs)
+
+
+def test_tracker_takes_the_best_recent_link_and_median_layer_times() -> None:
+    def window(bandwidth: float, times: tuple[float, float], workers: int = 2) -> MetaInput:
+        return MetaInput(layer_backward_s=times, layer_bytes=(1000, 4000), workers=workers,
+                         arch="ps", bandwidth_down_bps=bandwidth,
+                         bandwidth_up_bps=bandwidth / 2)
+
+    tracker = JobTracker(history=3)
+    first = window(100e6, (0.01, 0.02))
+    assert tracker.update(first) == first  # one window: itself
+    tracker.update(window(300e6, (0.05, 0.02)))  # a good configuration's window
+    slow = tracker.update(window(50e6, (0.02, 0.08)))  # a slow one: the link is not slower
+    assert slow.bandwidth_down_bps == 300e6 and slow.bandwidth_up_bps == 150e6
+    assert slow.layer_backward_s == pytest.approx((0.02, 0.02))  # per-layer medians
+    assert slow.workers == 2 and slow.layer_bytes == (1000, 4000)
+    # the good window leaves the history after three more
+    for _ in range(2):
+        later = tracker.update(window(60e6, (0.02, 0.02)))
+    assert later.bandwidth_down_bps == 60e6
+    # another job (other workers) starts anew; keep_newest forgets all but the newest
+    other = tracker.update(window(80e6, (0.03, 0.03), workers=4))
+    assert other.bandwidth_down_bps == 80e6 and other.workers == 4
+    tracker.update(window(400e6, (0.03, 0.03), workers=4))
+    tracker.keep_newest()
+    assert tracker.update(window(90e6, (0.03, 0.03), workers=4)).bandwidth_down_bps == 400e6
+    tracker.keep_newest()
+    assert tracker.update(window(70e6, (0.03, 0.03), workers=4)).bandwidth_down_bps == 90e6
+    with pytest.raises(ConfigError, match="history must be an int >= 1 window, got history=0"):
+        JobTracker(history=0)

@@ -48,6 +48,19 @@ def test_proposes_the_argmax_in_one_batched_call() -> None:
     assert predicted[1] < predicted[0]
 
 
+def test_the_job_scored_is_the_recent_windows_best_link() -> None:
+    tuner = MetaTuner(predictor=FixedPredictor(speed))
+    tuner.observe_window(observation())
+    slow = observation()
+    slow.bandwidth_down, slow.bandwidth_up = (2e8,), (3e8,)  # a slow configuration's window
+    tuner.observe_window(slow)
+    assert tuner.job is not None
+    assert (tuner.job.bandwidth_down_bps, tuner.job.bandwidth_up_bps) == (1e9, 1e9)
+    tuner.reset()  # conditions changed: the slow window alone
+    tuner.observe_window(slow)
+    assert (tuner.job.bandwidth_down_bps, tuner.job.bandwidth_up_bps) == (2e8, 3e8)
+
+
 def test_unusable_window_keeps_the_last_job(caplog: pytest.LogCaptureFixture) -> None:
     tuner = MetaTuner(predictor=FixedPredictor(speed))
     tuner.observe_window(observation())

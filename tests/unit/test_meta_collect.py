@@ -81,8 +81,12 @@ def test_a_log_becomes_samples_without_trace_and_switch_windows(tmp_path: Path) 
     job = got.samples[0].job
     assert job.layer_backward_s == pytest.approx((0.02, 0.04))  # mean over workers
     assert job.layer_bytes == (1000, 3000) and job.workers == 2 and job.arch == "allreduce"
-    assert job.bandwidth_up_bps == pytest.approx(100e6)
+    assert job.bandwidth_up_bps == pytest.approx(100e6 + 5)  # the best of windows 0 and 5
     assert job.bandwidth_down_bps == pytest.approx(100e6)
+    # the job as the tuner saw it: the best link of the last 8 windows with statistics
+    # (5, 10, 15, 30, 35, 40, 42, 50; 0 has left, 20 was incomplete, 25 had no layers)
+    assert got.samples[3].job.bandwidth_up_bps == 100e6 + 50
+    assert got.samples[2].job.bandwidth_up_bps == 100e6 + 35
     assert job.batch_size == 32  # speed x step time / workers
     assert got.runs == ["job1/decisions-x"] * 4
     assert "4 sample(s), 8 skipped" in got.describe()
@@ -102,11 +106,13 @@ def test_dataset_keeps_runs_and_pairs_windows_as_deployed(tmp_path: Path) -> Non
     assert one.runs() == ["r2/decisions-b"] and len(one) == 4
     assert back.select_runs("r2/*", keep=False).runs() == ["r1/decisions-a"]
     deployed = one.as_deployed()
-    # every window's statistics score all four sampled windows of its run
-    assert deployed.num_jobs == 4 and len(deployed) == 16
+    # every window's statistics score both configurations of its run, each at the mean
+    # speed of its windows (A: 320, 260, 600; B: 420)
+    assert deployed.num_jobs == 4 and len(deployed) == 8
     for j in range(4):
         rows = deployed["sample_job"] == j
-        assert sorted(deployed["speed"][rows].tolist()) == [260.0, 320.0, 420.0, 600.0]
+        assert deployed["partition_bytes"][rows].tolist() == [64 * K, K * K]
+        assert deployed["speed"][rows].tolist() == pytest.approx([1180 / 3, 420.0])
         assert deployed.job(j) == one.job(j)
     np.testing.assert_allclose(deployed["speed"] * deployed["iteration_s"], 64.0)
 
@@ -173,7 +179,10 @@ def test_sweep_plan_spreads_configurations_and_refuses_bad_values() -> None:
     # a slow (communication-bound) job sweeps fewer configurations
     fast = by_name["tensorflow-cnn-1gbit"]
     assert len(by_name["mxnet-mlp-100mbit"].configs) < len(fast.configs)
-    assert fast.steps == 10 * len(fast.configs)
+    assert fast.steps == 15 * len(fast.configs)  # a switch window and two samples each
+    longer = sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["100mbit"],
+                        sweep_steps=30)[0]
+    assert longer.sweep_steps == 30 and longer.steps == 30 * len(longer.configs)
     # the same job draws the same configurations whatever else is planned
     alone = sweep_plan(frameworks=["mxnet"], models=["mlp"], rates=["100mbit"])
     assert alone[0].configs == by_name["mxnet-mlp-100mbit"].configs
@@ -183,5 +192,7 @@ def test_sweep_plan_spreads_configurations_and_refuses_bad_values() -> None:
         sweep_plan(frameworks=["torch"], models=["cnn"], rates=["1gbit"])
     with pytest.raises(ConfigError, match="fastmbit"):
         sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["fastmbit"])
+    with pytest.raises(ConfigError, match=r"sweep_steps must be >= 10 .* got sweep_steps=9"):
+        sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"], sweep_steps=9)
     with pytest.raises(ConfigError, match="max_configs must be >= 4"):
         sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"], max_configs=2)
