@@ -12,7 +12,7 @@
    servers), simulated speeds: the configuration the model picks vs the grid's best, and P3's
    default (160 KiB, 1x). Simulated, not measured on the testbed.
 3. One online adaptation as the coordinator runs it (the default ridge refit, background=False)
-   on the windows of each shipped real testbed run (datasets/testbed_v1.npz): wall and CPU
+   on the windows of each shipped real testbed run (datasets/testbed_v2.npz): wall and CPU
    seconds, median of --adapt-repeat, after one to compile the encoder.
 """
 
@@ -108,7 +108,7 @@ def main() -> None:
                   f"{p3 / true.max():>10.1%}")
 
     data = Dataset.load(os.path.join(os.path.dirname(__file__), "..", "datasets",
-                                     "testbed_v1.npz"))
+                                     "testbed_v2.npz"))
     print(f"\n3. one online adaptation (ridge) on a real run's windows (s, median of "
           f"{args.adapt_repeat})")
     print(f"{'run':<24} {'windows':>7} {'wall':>6} {'cpu':>6}")

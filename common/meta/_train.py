@@ -341,16 +341,15 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
     - ``method="ridge"`` (default): the head's output layer is refitted in closed form by
       ridge regression toward its trained weights (``ridge``: the pull toward them). On the
       held-out real testbed runs, adapting on each run's past windows before predicting its
-      next one, this cut MAPE from 19.9% to 18.3% and kept the pick at 94.0% of the best
-      (94.1% without adapting), where training all three dense layers ("adam") raised MAPE
-      to 33.8% and lowered the pick to 86.4%: a few windows of one job over-fit a whole head
-      (`autobyte meta eval --data datasets/testbed_v1.npz --runs '*-300mbit/*'
-      --online ridge,adam`).
+      next one, this cut MAPE from 11.2% to 9.5% and kept the pick at 96.0% of the best
+      (96.1% without adapting), where training all three dense layers ("adam") gave 11.4%
+      and 91.4%: a few windows of one job over-fit a whole head (`autobyte meta eval --data
+      datasets/testbed_v2.npz --runs '*-300mbit/*' --online ridge,adam`).
     - ``method="adam"``: the head's three dense layers train with Adam (``epochs``,
       ``learning_rate``); for many observations of a shifted environment.
 
     The encoder runs in a compiled graph (``MetaModel.encode``), so a ridge adaptation costs
-    rank 0 a fraction of a second (``benchmarks/meta_bench.py`` measures it) and queues
+    rank 0 0.1-0.2 s (``benchmarks/meta_bench.py`` measures it) and queues
     almost no work in TensorFlow's thread pools, which a training worker shares. Returns at once
     (``background=True``); the Adaptation's ``result()`` is the new model."""
     if not samples:
