@@ -75,6 +75,7 @@ class Coordinator:
         self._byes: set[str] = set()
         self._windows: dict[int, dict[int, Window]] = {}
         self._ready: list[Observation] = []
+        self._stopping = False  # set while the last queued messages are handled
         self._failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,8 +171,19 @@ class Coordinator:
                 if self.exit_when_done and self.done:
                     log.info("every worker said bye: coordinator exits")
                     break
+            self._record_queued()
         finally:
             self._sock.close(0)
+
+    def _record_queued(self) -> None:
+        """Stopping: log what is still queued, e.g. the windows of a short job that ended
+        while the tuner compiled, as measured but not decided on (no worker would apply a
+        decision now)."""
+        self._stopping = True
+        try:
+            self._drain()
+        except Exception as exc:  # stopping must not fail on a bad message
+            log.warning("coordinator: handling the last messages failed: %s", exc)
 
     def _warm_up(self, fn: Any) -> None:
         started = time.monotonic()
@@ -193,7 +205,7 @@ class Coordinator:
     def _decide_ready(self) -> None:
         ready, self._ready = self._ready, []
         for i, observation in enumerate(ready):
-            self._observe(observation, latest=i == len(ready) - 1)
+            self._observe(observation, latest=i == len(ready) - 1 and not self._stopping)
 
     def _receive(self) -> None:
         for _ in range(1000):
@@ -258,8 +270,10 @@ class Coordinator:
         self._ready.append(observation)
 
     def _observe(self, observation: Observation, *, latest: bool) -> None:
+        why = "the coordinator is stopping: measured, not decided on" if self._stopping \
+            else None
         try:
-            decision = self.loop.on_observation(observation, latest=latest)
+            decision = self.loop.on_observation(observation, latest=latest, why=why)
         except Exception:  # a bug must not end the coordinator
             self._failures += 1
             if self._failures <= 3:

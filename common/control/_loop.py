@@ -79,10 +79,12 @@ class TuningLoop:
         self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
 
-    def on_observation(self, obs: Observation, *, latest: bool = True) -> Decision | None:
+    def on_observation(self, obs: Observation, *, latest: bool = True,
+                       why: str | None = None) -> Decision | None:
         """Take one merged window. ``latest=False``: a newer window is already here (the
-        coordinator fell behind, e.g. while a model compiled): the window is measured and
-        logged but not decided on, since a decision from it would come due too late."""
+        coordinator fell behind, e.g. while a model compiled) or the coordinator is stopping
+        (``why`` says so in the log): the window is measured and logged but not decided on,
+        since a decision from it would come due too late."""
         record: dict[str, Any] = {
             "window": obs.window, "first_step": obs.first_step, "last_step": obs.last_step,
             "steps": obs.steps, "config": obs.config, "speed": obs.speed,
@@ -122,9 +124,9 @@ class TuningLoop:
             self.current = obs.config
         if not latest:
             self._remember(obs)
-            self.log.write("window", {**record, "action": "behind",
-                                      "reason": "a newer window is already here: measured, "
-                                      "not decided on"})
+            self.log.write("window", {**record, "action": "behind", "reason": why or
+                                      "a newer window is already here: measured, not "
+                                      "decided on"})
             return None
         predicted_current = self._predict_current(obs)
         self._remember(obs)

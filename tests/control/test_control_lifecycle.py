@@ -200,9 +200,12 @@ def test_coordinator_survives_a_failing_decision_log(tmp_path: Path) -> None:
         signer = Signer(secret=KEY, sender="worker0")
         for w in windows:
             sock.send_multipart(signer.sign("report", {"window": w.to_dict()}))
+        deadline = time.monotonic() + 5  # a heartbeat may come before all are handled
+        while c._failures < len(windows) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert c._failures == len(windows)
         sock.send_multipart(signer.sign("hello", {"rank": 0, "num_workers": 1}))
         assert sock.poll(5000), "coordinator stopped answering"
-        assert c._failures == len(windows)
     finally:
         sock.close(0)
         ctx.term()
@@ -258,3 +261,34 @@ def test_the_coordinator_warms_its_tuner_up_once_while_idle() -> None:
     finally:
         c.close()
     assert len(calls) == 1
+
+
+def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
+        tmp_path: Path) -> None:
+    """A job shorter than the model's compile (a 5 s MXNet job at 1 Gbit/s): its windows
+    queue while the coordinator warms the tuner up; stopping logs them, measured and not
+    decided on, instead of dropping them."""
+    gate, started = threading.Event(), threading.Event()
+    tuner = ScriptedTuner([Config(partition_bytes="256KiB", credit_bytes="1MiB")])
+
+    def warm_up() -> None:
+        started.set()
+        gate.wait(10)
+
+    tuner.warm_up = warm_up  # type: ignore[attr-defined]
+    config = Config(window_steps=2)
+    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=tuner,
+                        decision_log=tmp_path / "d.jsonl", environ={})
+    try:
+        assert started.wait(10)
+        for step in range(6):
+            agent.record_step(step, 1, 0.1)
+        time.sleep(0.3)  # the reports are in the coordinator's queue
+        threading.Timer(0.3, gate.set).start()  # the compile ends while the job stops
+    finally:
+        agent.close()
+    rows = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
+    assert [r["first_step"] for r in rows] == [0, 2, 4]
+    assert {r["action"] for r in rows} == {"behind"}
+    assert all("stopping" in r["reason"] for r in rows)
+    assert agent.poll() is None  # no decision was sent

@@ -3,6 +3,7 @@ worker on the shaped testbed (root), its decision log turned into testbed sample
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 from pathlib import Path
 
@@ -19,7 +20,7 @@ pytestmark = [*root_only, pytest.mark.distributed, pytest.mark.framework, pytest
                                  reason="needs tensorflow (pip install 'autobyte[tf]')")]
 
 
-def test_collect_runs_a_sweep_and_keeps_one_sample_per_configuration(
+def test_collect_runs_a_sweep_and_keeps_two_samples_per_configuration(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--frameworks", "tensorflow", "--models", "cnn", "--rates", "1gbit",
             "--max-configs", "4", "--budget", "1"]
@@ -31,8 +32,8 @@ def test_collect_runs_a_sweep_and_keeps_one_sample_per_configuration(
                  "--logs", str(tmp_path / "logs"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
-    # 8 windows: the log's first and the first after each of 3 switches are left out (one
-    # the coordinator did not log is not counted)
+    # 12 windows of 5 steps, 15 steps a configuration: the log's first and the first after
+    # each of 3 switches are left out (one the coordinator did not log is not counted)
     assert "1 first window of the log" in err, err
     data = Dataset.load(out)
     assert data.runs() and all(r.startswith("tensorflow-cnn-1gbit/decisions-")
@@ -40,7 +41,9 @@ def test_collect_runs_a_sweep_and_keeps_one_sample_per_configuration(
     assert set(data["job_source"].tolist()) == {"testbed"}
     swept = sorted(zip(data["partition_bytes"].tolist(), data["credit_bytes"].tolist(),
                        strict=True))
-    assert len(set(swept)) == len(swept) >= 3  # one sample per configuration, never two
+    counts = collections.Counter(swept)
+    assert len(counts) >= 3 and max(counts.values()) <= 2  # at most two a configuration
+    assert sum(n == 2 for n in counts.values()) >= 2  # the 10-step mean of most
     assert set(swept) <= set(plan[0].configs)
     assert (data["speed"] > 0).all()
     job = data.job(0)
