@@ -205,7 +205,7 @@ class Coordinator:
     def _decide_ready(self) -> None:
         ready, self._ready = self._ready, []
         for i, observation in enumerate(ready):
-            self._observe(observation, latest=i == len(ready) - 1 and not self._stopping)
+            self._observe(observation, latest=i == len(ready) - 1)
 
     def _receive(self) -> None:
         for _ in range(1000):
@@ -270,8 +270,9 @@ class Coordinator:
         self._ready.append(observation)
 
     def _observe(self, observation: Observation, *, latest: bool) -> None:
-        why = "the coordinator is stopping: measured, not decided on" if self._stopping \
-            else None
+        why = None
+        if self._stopping:  # no worker would apply a decision now
+            latest, why = False, "the coordinator is stopping: measured, not decided on"
         try:
             decision = self.loop.on_observation(observation, latest=latest, why=why)
         except Exception:  # a bug must not end the coordinator
