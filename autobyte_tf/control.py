@@ -4,8 +4,9 @@ Every worker must switch configuration (and plan) at the same step, because coll
 matched by creation order. At every ``window_steps``-th step boundary each worker takes part in
 one tiny collective that broadcasts rank 0's decision: the configuration in force from this
 step on and, once, rank 0's measured per-tensor backward times. A worker whose plan changed
-rebuilds its step function (a retrace) at that same step; between changes nothing but a step
-counter runs in Python.
+switches its step function at that same step: to the trace it already made for that plan
+(``TRACE_CACHE`` of them are kept, so going back costs nothing) or to a new trace; between
+changes nothing but a step counter runs in Python.
 
 Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) run
 a second trace of the step with gradient-ready stamps, so
@@ -14,6 +15,7 @@ the steady-state trace carries no Python ops at all.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import threading
@@ -36,6 +38,7 @@ __all__ = ["Controller", "SteppedFunction"]
 log = logging.getLogger(__name__)
 
 _HEADER = 5  # [have_config, partition_bytes, credit_bytes, scheduling, have_times]
+TRACE_CACHE = 8  # traced step functions kept per step function (a trace holds its graph)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class Controller:
         self._resample = False
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
-        self.generation = 0  # bumped whenever plans change; step functions rebuild on it
+        self.generation = 0  # bumped whenever plans change; step functions switch on it
+        self._times_version = 0
         self.agent = agent
         self._wire_bytes = 0  # bytes this worker sends per step for the gradients
         self._layer_of: list[int] = []  # layer of each gradient tensor, for the tuner
@@ -92,6 +96,19 @@ class Controller:
     @property
     def scheduling(self) -> bool:
         return self._config.scheduling
+
+    @property
+    def trace_key(self) -> tuple[object, ...]:
+        """What a traced step depends on: the knobs in force and the measured times' version
+        (native ignores partition and credit)."""
+        c = self._config
+        if not c.scheduling:
+            return (False, self._times_version)
+        return (c.partition_bytes, c.credit_bytes, True, self._times_version)
+
+    def note_trace(self) -> None:
+        """The step about to run traces anew (its time is warm-up, not steady state)."""
+        self._traced = True
 
     def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan:
         """The plan for one all-reduce call; the largest call (the gradients) gets measured
@@ -210,6 +227,7 @@ class Controller:
         if vector[4] == 1.0 and self._main is not None:
             self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
             self._times_sent = True
+            self._times_version += 1
             rebuild = True
         if rebuild:
             self._plans.clear()
@@ -222,10 +240,11 @@ def _bytes(tensors: tuple[TensorInfo, ...]) -> int:
 
 
 class SteppedFunction:
-    """A step function that keeps the step protocol: agree, maybe rebuild, run, record.
+    """A step function that keeps the step protocol: agree, pick the trace, run, record.
 
-    ``build`` makes a fresh step callable (a new trace); two are kept, the steady-state one and
-    the sampled one (gradient-ready stamps), and both are dropped when the plan changes.
+    ``build`` makes a fresh step callable (a new trace). Traces are kept per plan and per
+    variant (steady state, or sampled with gradient-ready stamps), the ``TRACE_CACHE`` most
+    recently used ones, so a switch back to a plan used before reuses its trace.
     ``samples`` reads this worker's running sample count after a step.
     """
 
@@ -235,25 +254,29 @@ class SteppedFunction:
         self._build = build
         self._samples = samples
         self._can_sample = can_sample
-        self._fns: dict[bool, Callable[..., Any]] = {}
-        self._generation = controller.generation
+        self._fns: collections.OrderedDict[tuple[object, ...], Callable[..., Any]] = \
+            collections.OrderedDict()
         self._count = samples()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        step = self._controller.begin(self)
-        if self._generation != self._controller.generation:  # also a switch made for another
-            self._fns.clear()                                 # function of this strategy
-            self._generation = self._controller.generation
+        controller = self._controller
+        step = controller.begin(self)
         sample = step.sample and self._can_sample()
-        fn = self._fns.get(sample)
+        key = (*controller.trace_key, sample)
+        fn = self._fns.get(key)
         if fn is None:
-            fn = self._fns[sample] = self._build()
+            fn = self._fns[key] = self._build()
+            controller.note_trace()
+            while len(self._fns) > TRACE_CACHE:
+                self._fns.popitem(last=False)
+        else:
+            self._fns.move_to_end(key)
         started = time.perf_counter()
-        with self._controller.tracing(sample):
+        with controller.tracing(sample):
             out = fn(*args, **kwargs)
         seconds = time.perf_counter() - started
         count = self._samples()
-        self._controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds,
-                             count - self._count)
+        controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds,
+                       count - self._count)
         self._count = count
         return out

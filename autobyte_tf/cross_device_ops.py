@@ -1,14 +1,16 @@
-"""AutoByte's cross-device op: chunked, planned, lane-bounded all-reduce on TF collectives.
+"""AutoByte's cross-device op: the shared plan's blocks as TF collectives, lane-bounded.
 
 Everything MultiWorkerMirroredStrategy all-reduces (gradients through the optimizer's
 replica-context all-reduce, metrics through ``strategy.reduce``) reaches
-``CollectiveAllReduce._all_reduce``. This subclass replaces it while a step is traced: each
-tensor is split into chunks of at most ``partition_bytes`` and every chunk becomes one
-``CollectiveReduceV2``, created in the planned order. Collectives that share an ordering token
-run in creation order, so ``lanes`` tokens bound the chunks in flight. Instance keys come from
+``CollectiveAllReduce._all_reduce``. This subclass replaces it while a step is traced: the
+tensors are laid out in blocks (``common.plan``: small ones fused, large ones split), each
+block's segments are packed into one buffer and reduced by one ``CollectiveReduceV2``, created in
+the planned order, and the results are split back. Collectives that share an ordering token run
+in creation order, so ``lanes`` tokens bound the blocks in flight. Instance keys come from
 MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
 
-Eager calls, sparse gradients and tensors without a static shape take MWMS's path unchanged.
+Native (scheduling off), eager calls, sparse gradients and tensors without a static shape take
+MWMS's own path unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from numpy.typing import NDArray
 from tensorflow.python.distribute import cross_device_ops as tf_cdo
 from tensorflow.python.distribute import reduce_util
 
-from autobyte_tf.planning import MAX_LANES, Plan, TensorInfo
+from autobyte_tf.planning import Plan, TensorInfo
+from common.plan import MAX_LANES
 
 __all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after"]
 
@@ -62,7 +65,7 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                     self._lanes.append([tf.Variable(0.0, trainable=False,
                                                     name=f"autobyte_lane{i}")
                                         for i in range(MAX_LANES)])
-        self.chunks_traced = 0
+        self.blocks_traced = 0
 
     def _all_reduce(self, reduce_op: Any, value: Any, replica_id: int, options: Any) -> Any:
         flat = tf.nest.flatten(value)
@@ -70,7 +73,8 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 not all(_schedulable(t) for t in flat):
             return super()._all_reduce(reduce_op, value, replica_id, options)
         infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size,
-                                 rank=t.shape.rank if t.shape.rank is not None else 2)
+                                 rank=t.shape.rank if t.shape.rank is not None else 2,
+                                 dtype=t.dtype.name)
                       for i, t in enumerate(flat))
         plan = self._planner.plan_for(infos)
         stamps = self._planner.stamps()
@@ -88,25 +92,42 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
 
     def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
                options: Any) -> list[Any]:
-        """Create one collective per planned chunk, in plan order; return each tensor whole."""
+        """Pack each block, create its collective in plan order, return each tensor whole."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
         hint = options.implementation.value
         timeout = float(options.timeout_seconds or 0.0)
-        parts: list[list[Any]] = []
+        layout = plan.layout
+        # each tensor's flat view, cut at its segments (in element order)
+        pieces: list[list[Any]] = []
         for i, t in enumerate(flat):
-            chunks = plan.chunks_of(i)
+            sizes = [s.size for _, s in layout.pieces_of(i)]
             vector = tf.reshape(t, [-1])
-            parts.append(tf.split(vector, [c.size for c in chunks]) if len(chunks) > 1
-                         else [vector])
-        results: list[list[Any]] = [[None] * len(p) for p in parts]
-        for chunk in plan.chunks:
-            results[chunk.tensor][chunk.index] = tf.raw_ops.CollectiveReduceV2(
-                input=parts[chunk.tensor][chunk.index], group_size=self._group_size,
-                group_key=launcher._group_key, instance_key=launcher._next_instance_key(),
-                ordering_token=[lanes[chunk.lane].handle], merge_op="Add", final_op="Id",
+            pieces.append(tf.split(vector, sizes) if len(sizes) > 1 else [vector])
+        taken = [0] * len(flat)
+        inputs: dict[int, list[Any]] = {}
+        for block in layout.blocks:
+            inputs[block.index] = []
+            for segment in block.segments:
+                inputs[block.index].append(pieces[segment.tensor][taken[segment.tensor]])
+                taken[segment.tensor] += 1
+        reduced: dict[int, Any] = {}
+        for j, index in enumerate(plan.order):
+            parts = inputs[index]
+            reduced[index] = tf.raw_ops.CollectiveReduceV2(
+                input=parts[0] if len(parts) == 1 else tf.concat(parts, 0),
+                group_size=self._group_size, group_key=launcher._group_key,
+                instance_key=launcher._next_instance_key(),
+                ordering_token=[lanes[j % plan.lanes].handle], merge_op="Add", final_op="Id",
                 communication_hint=hint, timeout_seconds=timeout)
-        self.chunks_traced += len(plan.chunks)
+        results: list[list[Any]] = [[] for _ in flat]
+        for block in layout.blocks:
+            out = reduced[block.index]
+            parts = [out] if len(block.segments) == 1 else \
+                tf.split(out, [s.size for s in block.segments])
+            for segment, part in zip(block.segments, parts, strict=True):
+                results[segment.tensor].append(part)
+        self.blocks_traced += len(plan.order)
         return [r[0] if len(r) == 1 else tf.concat(r, 0) for r in results]
 
 

@@ -1,13 +1,15 @@
-"""The timeline: the real ``common.scheduler.Scheduler`` driven by modelled events.
+"""The timeline: the shared plan (``common.plan``) driven by modelled events.
 
 One iteration runs from the start of step k's backward pass to the start of step k+1's:
 
-1. Backward produces gradients back to front; when layer i's backward ends, its task is split
-   and made ready in the scheduler, which starts chunks as the credit allows. Each start is
-   charged to the network model (``_network``), which returns the chunk's completion time; the
-   completion is an event that calls ``scheduler.done`` at that virtual time.
+1. Backward produces gradients back to front; a block of the plan's layout is ready when the
+   last of its layers' gradients is, and goes to the plan's scheduler, which starts blocks as
+   the credit allows. Under a parameter server blocks are released in the plan's shared
+   ``issue_order`` (as the MXNet adapter releases them); native sends go as they are ready.
+   Each start is charged to the network model (``_network``), which returns the block's
+   completion time; the completion is an event that calls ``scheduler.done`` at that time.
 2. The next forward pass runs front to back; layer i starts only when the compute is free and
-   every chunk of layer i is complete (its parameters are back).
+   every block holding part of layer i is complete (its parameters are back).
 
 Compute is serial on the worker and never waits during backward, so the communication of a
 step depends only on when its backward started: with a constant bandwidth every iteration is
@@ -31,11 +33,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.config import Config
 from common.errors import ConfigError
-from common.scheduler import Chunk, Scheduler, Task, split_sizes
+from common.plan import Layout, Scheduler, Send, TensorSpec, issue_order, make_layout
 from common.sim._bandwidth import BandwidthSchedule
 from common.sim._network import Transfer, allreduce_model, comm_factor, ps_model
 from common.sim._profiles import Profile
@@ -53,14 +56,14 @@ DEFAULT_LATENCY_S = 50e-6  # per message / ring hop: kernel stack plus one switc
 class SimResult:
     """``iteration_s``: mean steady-state iteration time; ``speed``: samples/s across all
     workers; ``lower_bound_s``: see the module docstring; ``trace``: the representative
-    worker's chunks in the order the scheduler started them (``t_ready``/``t_start``/``t_done``
-    on the virtual clock; ``key`` holds the scheduler's priority key); ``step_s``: each
+    worker's sends (``common.plan.Send``) in the order the scheduler started them
+    (``t_ready``/``t_start``/``t_done`` on the virtual clock); ``step_s``: each
     simulated iteration; ``max_inflight_bytes``: the scheduler's peak bytes in flight."""
 
     iteration_s: float
     speed: float
     lower_bound_s: float
-    trace: tuple[Chunk, ...]
+    trace: tuple[Send, ...]
     step_s: tuple[float, ...]
     max_inflight_bytes: int
 
@@ -98,18 +101,20 @@ def simulate(profile: Profile, config: Config, *, workers: int, arch: str = "all
 def plan_order(profile: Profile, config: Config, *, workers: int,
                bandwidth: float | str | BandwidthSchedule, arch: str = "allreduce",
                servers: int = 1, overhead_s: float = DEFAULT_OVERHEAD_S,
-               latency_s: float = DEFAULT_LATENCY_S) -> list[tuple[int, int]]:
-    """(layer, chunk index) in the order the scheduler starts the chunks of one step.
+               latency_s: float = DEFAULT_LATENCY_S,
+               tensors: Sequence[TensorSpec] | None = None) -> list[int]:
+    """Block indices in the order the scheduler starts them in one step.
 
     For an adapter that must fix the issue order ahead of time (TensorFlow traces it): with
-    measured layer times, front layers jump ahead exactly where the scheduler would let them.
-    Layers without bytes do not appear.
+    measured layer times, front blocks jump ahead exactly where the scheduler would let them.
+    ``tensors`` (one per layer with bytes) gives the adapter's own item sizes and dtypes, so
+    the simulated layout is the adapter's.
     """
     run = _Run(profile, config, workers=workers, arch=arch, servers=servers,
                bandwidth=bandwidth, overhead_s=overhead_s, latency_s=latency_s,
-               keep_trace=True)
+               keep_trace=True, tensors=tensors)
     run.step()
-    return [(chunk.task.layer, chunk.index) for chunk in run.order]
+    return [send.block.index for send in run.order]
 
 
 def lower_bound(profile: Profile, *, workers: int, arch: str, servers: int = 1,
@@ -142,7 +147,8 @@ class _Run:
 
     def __init__(self, profile: Profile, config: Config, *, workers: int, arch: str,
                  servers: int, bandwidth: float | str | BandwidthSchedule, overhead_s: float,
-                 latency_s: float, keep_trace: bool) -> None:
+                 latency_s: float, keep_trace: bool,
+                 tensors: Sequence[TensorSpec] | None = None) -> None:
         if not isinstance(profile, Profile):
             raise ConfigError(f"profile must be a Profile, got {profile!r}")
         if not isinstance(config, Config):
@@ -163,82 +169,109 @@ class _Run:
             self.transfer, self.pull = ps_model(
                 workers=self.workers, servers=self.servers, bandwidth=self.bandwidth,
                 overhead_s=overhead_s, latency_s=latency_s)
-        self.kind = "allreduce" if self.arch == "allreduce" else "pushpull"
         self.now = 0.0
-        # (time, seq, chunk, last): ``last`` is False for a PS push completing (its pull follows)
-        self.events: list[tuple[float, int, Chunk, bool]] = []
+        # (time, seq, send, last): ``last`` is False for a PS push completing (its pull follows)
+        self.events: list[tuple[float, int, Send, bool]] = []
         self.seq = itertools.count()
-        self.order: list[Chunk] = []
+        self.order: list[Send] = []
         self.keep_trace = keep_trace
-        self.remaining = [0] * len(profile.layers)
-        self.tasks = [Task(x.name, i, x.nbytes, self.kind, itemsize=4 if x.nbytes % 4 == 0 else 1)
-                      if x.nbytes else None for i, x in enumerate(profile.layers)]
+        # layer index of each tensor (layers without bytes have none)
+        self.layer_of = [i for i, x in enumerate(profile.layers) if x.nbytes]
+        if tensors is None:
+            tensors = [TensorSpec(x.name, x.nbytes, 4 if x.nbytes % 4 == 0 else 1)
+                       for x in profile.layers if x.nbytes]
+        self.tensors = tuple(tensors)
+        if [t.nbytes for t in self.tensors] != [profile.layers[i].nbytes for i in self.layer_of]:
+            raise ConfigError("tensors must match the profile's layers with bytes, one each")
+        self.layouts: dict[tuple[int, bool], tuple[Layout, list[int], list[list[int]]]] = {}
+        self.remaining: list[int] = []  # per block: sends not yet complete this step
         self.scheduler = Scheduler(config, start=self._start, clock=self._clock,
                                    keep_trace=False)
 
     def _clock(self) -> float:
         return self.now
 
-    def _start(self, chunk: Chunk) -> None:
-        done = self.transfer(chunk.nbytes, self.now, chunk.tag)
-        heapq.heappush(self.events, (done, next(self.seq), chunk, self.pull is None))
+    def _start(self, send: Send) -> None:
+        done = self.transfer(send.nbytes, self.now, send.block.index % self.servers)
+        heapq.heappush(self.events, (done, next(self.seq), send, self.pull is None))
         if self.keep_trace:
-            self.order.append(chunk)
+            self.order.append(send)
 
-    def _advance(self, until: float, layer: int = -1) -> None:
-        """Process events up to time ``until``, or, given a ``layer``, until all its chunks
-        are complete."""
+    def _layout(self, config: Config) -> tuple[Layout, list[int], list[list[int]]]:
+        """The plan's layout, its release sequence, and each tensor's blocks."""
+        key = (config.partition_bytes, config.scheduling)
+        if key not in self.layouts:
+            layout = make_layout(self.tensors, config, arch=self.arch)
+            if self.arch == "ps" and not layout.native:
+                sequence = issue_order(layout, head_bytes=config.credit_bytes)
+            else:  # all-reduce: the scheduler's own admission; native: as ready
+                sequence = issue_order(layout)
+            blocks_of: list[list[int]] = [[] for _ in self.tensors]
+            for block in layout.blocks:
+                for t in block.tensors:
+                    blocks_of[t].append(block.index)
+            self.layouts[key] = (layout, sequence, blocks_of)
+        return self.layouts[key]
+
+    def _advance(self, until: float, block: int = -1) -> None:
+        """Process events up to time ``until``, or, given a ``block``, until it is complete."""
         events, done, remaining, pull = self.events, self.scheduler.done, self.remaining, self.pull
         pop, push, seq = heapq.heappop, heapq.heappush, self.seq
         while events:
-            if layer < 0:
+            if block < 0:
                 if events[0][0] > until:
                     break
-            elif not remaining[layer]:
+            elif not remaining[block]:
                 break
-            t, _, chunk, last = pop(events)
+            t, _, send, last = pop(events)
             self.now = t
             if last or pull is None:
-                done(chunk)
-                remaining[chunk.task.layer] -= 1
+                done(send)
+                remaining[send.block.index] = 0
             else:
-                push(events, (pull(chunk.nbytes, t, chunk.tag), next(seq), chunk, True))
-
-    def _server_bases(self, config: Config) -> list[int]:
-        """Round-robin server of each layer's first chunk, counting chunks in forward order."""
-        bases, count = [], 0
-        for task in self.tasks:
-            bases.append(count)
-            if task is not None:
-                count += (len(split_sizes(task.nbytes, config.partition_bytes, task.itemsize))
-                          if config.scheduling else 1)
-        return bases
+                push(events, (pull(send.nbytes, t, send.block.index % self.servers),
+                              next(seq), send, True))
 
     def step(self) -> float:
         """One iteration from the start of backward; returns its length."""
         start = self.now
         config = self.scheduler.begin_step()
-        bases = self._server_bases(config) if self.arch == "ps" else None
-        servers, layers, tasks = self.servers, self.profile.layers, self.tasks
-        split, ready, remaining = self.scheduler.split, self.scheduler.ready, self.remaining
+        layout, sequence, blocks_of = self._layout(config)
+        step = self.scheduler.step
+        sends = [Send(block, step) for block in layout.blocks]
+        waiting = [len(block.tensors) for block in layout.blocks]
+        self.remaining = [1] * len(sends)
+        sequenced = self.arch == "ps" and not layout.native
+        released = 0
+        layers, tensor_at = self.profile.layers, {layer: t for t, layer in
+                                                  enumerate(self.layer_of)}
         t = start
         for i in range(len(layers) - 1, -1, -1):
             t += layers[i].backward_s
-            task = tasks[i]
-            if task is None:
+            tensor = tensor_at.get(i)
+            if tensor is None:
                 continue
             self._advance(t)
             self.now = t
-            chunks = split(task)
-            for chunk in chunks:
-                chunk.tag = 0 if bases is None else (bases[i] + chunk.index) % servers
-            remaining[i] = len(chunks)
-            ready(*chunks)
+            ready = []
+            for b in blocks_of[tensor]:
+                waiting[b] -= 1
+                if waiting[b] == 0:
+                    ready.append(b)
+            if sequenced:  # release in the shared sequence, as far as it is ready
+                while released < len(sequence) and waiting[sequence[released]] == 0:
+                    self.scheduler.ready(sends[sequence[released]])
+                    released += 1
+            elif ready:
+                self.scheduler.ready(*(sends[b] for b in ready))
         for i, layer in enumerate(layers):
-            if remaining[i]:
-                self._advance(t, i)
+            tensor = tensor_at.get(i)
+            if tensor is not None:
+                for b in blocks_of[tensor]:
+                    if self.remaining[b]:
+                        self._advance(t, b)
             t = max(t, self.now) + layer.forward_s
-        self._advance(t)  # nothing is left: every layer's chunks finished before its forward
+        self._advance(t)  # nothing is left: every block finished before its forward
         self.now = t
         return t - start
 

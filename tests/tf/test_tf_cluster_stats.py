@@ -144,7 +144,7 @@ def test_reconfigure_needs_a_config() -> None:
         c.reconfigure({"partition_bytes": 4096})  # type: ignore[arg-type]
 
 
-def test_every_step_function_rebuilds_after_a_switch_made_by_another() -> None:
+def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one() -> None:
     c = Controller(config=Config(window_steps=2), rank=0, workers=1, bandwidth=1e9,
                    broadcast=lambda v: v)
     builds = {"a": 0, "b": 0}
@@ -165,6 +165,14 @@ def test_every_step_function_rebuilds_after_a_switch_made_by_another() -> None:
     assert c.config.partition_bytes == 8192 and builds["a"] == 2
     b()
     assert builds["b"] == 2
+    c.reconfigure(Config(window_steps=2))  # back to the first configuration
+    a()
+    a()  # step 6: the switch back reuses a's first trace
+    assert c.config == Config(window_steps=2) and builds["a"] == 2
+    c.reconfigure(Config(window_steps=2, scheduling=False))
+    a()
+    a()  # step 8: native is one more trace
+    assert builds["a"] == 3
 
 
 def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_follow() -> None:

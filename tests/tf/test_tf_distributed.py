@@ -2,8 +2,8 @@
 
 Each job runs ``tf_worker.py`` under ``common.launch`` (TF_CONFIG set by the launcher; 2 and 3
 workers on the shaped testbed, 3 on one loopback address too):
-Keras fit under three configurations (one switched mid-run), evaluate, predict, a custom loop
-with ``strategy.run``, and jit_compile=True refused.
+Keras fit under four configurations (one switched mid-run, one to native and back), evaluate,
+predict, a custom loop with ``strategy.run``, and jit_compile=True refused.
 """
 
 from __future__ import annotations
@@ -58,12 +58,15 @@ def test_weights_match_plain_mwms(workers: int, shaped: bool, tmp_path: Path) ->
     for r in results:
         assert r["workers"] == workers
         assert set(r["diff"]) == {"4KiB x1", "8KiB x8", "change 4KiBx4 -> 16KiBx1",
-                                  "custom loop"}
+                                  "fused 16KiBx2 -> native -> back", "custom loop"}
         for scenario, diff in r["diff"].items():
             assert diff <= 1e-5, (scenario, diff)
         changed = r["stats"]["change 4KiBx4 -> 16KiBx1"]
         assert changed["config"].startswith("partition=16KiB credit=16KiB")
         assert changed["retraces"] >= 2  # first trace, then the switch
+        back = r["stats"]["fused 16KiBx2 -> native -> back"]
+        assert back["config"].startswith("partition=16KiB credit=32KiB")
+        assert back["config"].find("scheduling=off") < 0
         for scenario, stats in r["stats"].items():
             assert stats["steps"] == 12, scenario
             assert stats["measured_plan"], scenario  # rank 0's layer times replaced the default

@@ -86,13 +86,16 @@ def main() -> None:
     plain = tf.distribute.MultiWorkerMirroredStrategy()
     first = autobyte_tf.AutoByteStrategy(partition_bytes="4KiB", credit_bytes="4KiB",
                                          window_steps=WINDOW)  # installs the Keras fixes
-    scenarios: list[tuple[str, Any, dict[str, Any] | None]] = [
+    scenarios: list[tuple[str, Any, dict[int, dict[str, Any]] | None]] = [
         ("4KiB x1", first, None),
         ("8KiB x8", autobyte_tf.AutoByteStrategy(partition_bytes="8KiB", credit_bytes="64KiB",
                                                  window_steps=WINDOW), None),
         ("change 4KiBx4 -> 16KiBx1", autobyte_tf.AutoByteStrategy(
             partition_bytes="4KiB", credit_bytes="16KiB", window_steps=WINDOW),
-         {"partition_bytes": "16KiB", "credit_bytes": "16KiB"}),
+         {2: {"partition_bytes": "16KiB", "credit_bytes": "16KiB"}}),
+        ("fused 16KiBx2 -> native -> back", autobyte_tf.AutoByteStrategy(
+            partition_bytes="16KiB", credit_bytes="32KiB", window_steps=WINDOW),
+         {2: {"scheduling": False}, 5: {"scheduling": True}}),
     ]
     rank = first.rank
     file_barrier(os.environ["TF_TEST_BARRIER"], rank, first.num_workers)
@@ -115,7 +118,7 @@ def main() -> None:
             "samples_per_s": stats.samples_per_s, "bytes_per_s": stats.bytes_per_s,
             "step_time_s": stats.step_time_s, "layer_bytes": list(stats.layer_bytes),
             "layer_backward_s": list(stats.layer_backward_s or []),
-            "sampled": stats.sampled_steps, "chunks": strategy._cross_ops.chunks_traced}
+            "sampled": stats.sampled_steps, "chunks": strategy._cross_ops.blocks_traced}
         if name.startswith("change"):
             evaluated = model.evaluate(data, verbose=0, return_dict=True)
             out["eval"] = {k: [v, ref_eval[k]] for k, v in evaluated.items()}
@@ -139,15 +142,16 @@ def jit_error(strategy: Any, data: Any) -> str:
 
 
 class Reconfigure(keras.callbacks.Callback):  # type: ignore[misc]
-    """Asks for a new configuration after step 2 (it takes effect at the next agreement)."""
+    """Asks for new configurations after given steps (each takes effect at the next
+    agreement)."""
 
-    def __init__(self, strategy: Any, change: dict[str, Any]) -> None:
+    def __init__(self, strategy: Any, changes: dict[int, dict[str, Any]]) -> None:
         super().__init__()
-        self._strategy, self._change = strategy, change
+        self._strategy, self._changes = strategy, changes
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if batch == 2:
-            self._strategy.reconfigure(**self._change)
+        if batch in self._changes:
+            self._strategy.reconfigure(**self._changes[batch])
 
 
 if __name__ == "__main__":
