@@ -51,7 +51,7 @@ class TuningAgent:
                  decision_log: str | os.PathLike[str] | None = None,
                  lead_steps: int | None = None, lead_s: float = 0.3, heartbeat_s: float = 1.0,
                  dead_after_s: float = 10.0, max_age_s: float = 60.0,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, guard: bool = True) -> None:
         env = os.environ if environ is None else environ
         for name, value in (("heartbeat_s", heartbeat_s), ("dead_after_s", dead_after_s),
                             ("max_age_s", max_age_s)):
@@ -108,7 +108,7 @@ class TuningAgent:
                     tuner=tuner if tuner is not None else make_tuner(config.tuner, base=config),
                     trigger=trigger, lead_steps=lead_steps, lead_s=lead_s,
                     heartbeat_s=heartbeat_s, max_age_s=max_age_s, tuner_name=config.tuner,
-                    decision_log=_open_log(decision_log),
+                    decision_log=_open_log(decision_log), guard=guard,
                 ).start()
             except Exception as exc:  # hosting must never stop training: say why, go on
                 self._disable(f"cannot host the coordinator: {exc}")

@@ -43,7 +43,7 @@ class Coordinator:
                  tuner: TunerLike | None = None, trigger: Trigger | None = None,
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
                  lead_s: float = 0.3, heartbeat_s: float = 1.0, max_age_s: float = 60.0,
-                 exit_when_done: bool = False, tuner_name: str = "") -> None:
+                 exit_when_done: bool = False, tuner_name: str = "", guard: bool = True) -> None:
         if num_workers < 1:
             raise ConfigError(f"num_workers must be >= 1, got num_workers={num_workers}")
         if not heartbeat_s > 0:
@@ -58,7 +58,7 @@ class Coordinator:
         trig = trigger or create_trigger("threshold", config=config)
         self.loop = TuningLoop(config=config, tuner=tuner, trigger=trig, decision_log=self.log,
                                lead_steps=lead_steps, lead_s=lead_s,
-                               session=self._signer.session)
+                               session=self._signer.session, guard=guard)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)

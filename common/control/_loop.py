@@ -15,6 +15,15 @@ recent costs and, as the expected remaining time, the time the job has trained s
 is assumed to run at least as long again as it has run), so a switch whose gain cannot pay for
 its cost is not made.
 
+The loop also guards against doing worse than nothing: native (the framework's own path,
+``scheduling`` off) is measured early in a job, and again after conditions change (an
+adaptation clears the measurements); a configuration measured slower than native beyond
+``noise_band`` is never switched to, and one the job is on goes back to native after
+``guard_windows`` such windows. A configuration the guard left stays barred for
+``veto_windows`` windows, adaptations included (a predictor that keeps overrating it would
+otherwise lead the job back after every adaptation). The decision log says when the guard
+acted.
+
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features of every complete window,
 those not decided on included, before ``propose``),
@@ -56,7 +65,9 @@ class TunerLike(Protocol):
 class TuningLoop:
     def __init__(self, *, config: Config, tuner: TunerLike | None, trigger: Trigger,
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
-                 lead_s: float = 0.3, session: str = "", history: int = 5) -> None:
+                 lead_s: float = 0.3, session: str = "", history: int = 5,
+                 guard: bool = True, noise_band: float = 0.03, guard_windows: int = 2,
+                 veto_windows: int = 30) -> None:
         self.current = config
         self.tuner = tuner
         self.trigger = trigger
@@ -78,6 +89,17 @@ class TuningLoop:
         self._tuner_failures: collections.Counter[str] = collections.Counter()
         self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
+        if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
+            raise ConfigError(f"noise_band must be in [0, 1) and guard_windows >= 1, got "
+                              f"noise_band={noise_band!r}, guard_windows={guard_windows!r}")
+        self.guard = guard and tuner is not None
+        self.noise_band = noise_band
+        self.guard_windows = guard_windows
+        self.veto_windows = veto_windows
+        self._configs: dict[_Knobs, Config] = {}
+        self._slow_windows = 0
+        self._windows = 0
+        self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -137,6 +159,12 @@ class TuningLoop:
                                       switch_cost_s=cost, horizon_s=self.trained_s)
         if verdict.adapt:
             self._adapt()
+        guarded = self._guard(verdict) if self.guard else None
+        if guarded is not None:
+            self.log.write("event", {"event": "guard", "reason": guarded.reason,
+                                     "instead_of": verdict.action,
+                                     "instead_config": verdict.config})
+            verdict = guarded
         decision = self._decide(obs, verdict)
         self.log.write("window", {
             **record, "predicted": predicted_current,
@@ -159,6 +187,52 @@ class TuningLoop:
         """Mean observed speed of ``config`` in this job (recent windows), None if never run."""
         speeds = self._history.get(knobs(config))
         return statistics.fmean(speeds) if speeds else None
+
+    @property
+    def native(self) -> Config:
+        return self.current.replace(scheduling=False)
+
+    def _guard(self, verdict: Verdict) -> Verdict | None:
+        """Native first, and never worse than native (see the module docstring); None keeps
+        the trigger's verdict."""
+        self._windows += 1
+        native = self.measured(self.native)
+        if not self.current.scheduling:
+            self._slow_windows = 0
+        elif native is None:
+            return Verdict("explore", self.native, "guard: measure the framework's own path "
+                           "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
+        if verdict.action != "stay" and verdict.config.scheduling:
+            why = self._barred(verdict.config, native)
+            if why:
+                verdict = Verdict("stay", self.current, f"guard: not switching to "
+                                  f"{verdict.config.describe()}, {why}", verdict.gain,
+                                  verdict.error, verdict.adapt)
+        current = self.measured(self.current)
+        if native is not None and current is not None and self.current.scheduling and \
+                current < native * (1.0 - self.noise_band):
+            self._slow_windows += 1
+        else:
+            self._slow_windows = 0
+        if verdict.action == "stay" and self._slow_windows >= self.guard_windows:
+            assert current is not None and native is not None
+            self._slow_windows = 0
+            self._vetoed[knobs(self.current)] = self._windows
+            return Verdict("switch", self.native, f"guard: {current:.1f} samples/s measured on "
+                           f"{self.current.describe()}, {1 - current / native:.1%} below "
+                           f"native's {native:.1f}", verdict.gain, verdict.error, verdict.adapt)
+        return verdict if verdict.reason.startswith("guard:") else None
+
+    def _barred(self, config: Config, native: float | None) -> str:
+        """Why the guard will not switch to ``config`` ('' if it may)."""
+        left = self._vetoed.get(knobs(config))
+        if left is not None and self._windows - left <= self.veto_windows:
+            return f"left for being slower than native {self._windows - left} window(s) ago"
+        measured = self.measured(config)
+        if native is not None and measured is not None and \
+                measured < native * (1.0 - self.noise_band):
+            return f"measured {measured:.1f} samples/s, below native's {native:.1f}"
+        return ""
 
     def _decide(self, obs: Observation, verdict: Verdict) -> Decision | None:
         if verdict.action == "stay" or knobs(verdict.config) == knobs(self.current):
@@ -201,9 +275,7 @@ class TuningLoop:
                    key=lambda kv: kv[1], default=None)
         if best is not None and best[0] not in {knobs(self.current)} | {knobs(c.config)
                                                                           for c in out}:
-            p, c, s = best[0]
-            config = self.current.replace(partition_bytes=p, credit_bytes=c, scheduling=s)
-            out.append(Candidate(config, best[1], "history", measured=True))
+            out.append(Candidate(self._configs[best[0]], best[1], "history", measured=True))
         return out
 
     def _ranked(self, exclude: set[_Knobs]) -> list[Candidate]:
@@ -234,6 +306,7 @@ class TuningLoop:
 
     def _remember(self, obs: Observation) -> None:
         key = knobs(obs.config)
+        self._configs[key] = obs.config
         if key not in self._history:
             self._history[key] = collections.deque(maxlen=self._history_len)
         self._history[key].append(obs.speed)

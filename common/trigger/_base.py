@@ -21,7 +21,10 @@ Action = Literal["stay", "switch", "explore"]
 
 
 def knobs(config: Config) -> tuple[int, int, bool]:
-    """What makes two configurations different to the network: (S_p, S_c, scheduling)."""
+    """What makes two configurations different to the network: (S_p, S_c, scheduling); every
+    native configuration (scheduling off) is the same one, whatever its S_p and S_c."""
+    if not config.scheduling:
+        return (0, 0, False)
     return (config.partition_bytes, config.credit_bytes, config.scheduling)
 
 

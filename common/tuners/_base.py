@@ -22,6 +22,9 @@ Knobs = tuple[int, int, bool]
 
 
 def knobs_of(config: Config) -> Knobs:
+    """(S_p, S_c, scheduling); every native configuration is the same one."""
+    if not config.scheduling:
+        return 0, 0, False
     return config.partition_bytes, config.credit_bytes, config.scheduling
 
 

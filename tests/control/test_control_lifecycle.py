@@ -52,6 +52,7 @@ def test_single_worker_agent_hosts_and_tunes_in_process(tmp_path: Path) -> None:
     config = Config(window_steps=4)
     fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
     agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=ScriptedTuner([fast]),
+                        guard=False,
                         decision_log=tmp_path / "d.jsonl", environ={})
     assert agent.enabled and agent.coordinator is not None
     decision = None
@@ -106,6 +107,7 @@ def test_forked_child_exits_without_touching_the_parents_sockets(tmp_path: Path)
     import multiprocessing
 
     agent = TuningAgent(rank=0, num_workers=1, config=Config(), tuner=ScriptedTuner([]),
+                        guard=False,
                         decision_log=tmp_path / "d.jsonl", environ={})
     try:
         child = multiprocessing.get_context("fork").Process(target=agent.close)
@@ -128,6 +130,7 @@ def test_endpoint_from_the_launchers_control_endpoint(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     env = {"AUTOBYTE_SECRET": "x" * 32, "AUTOBYTE_CONTROL_ENDPOINT": f"tcp://127.0.0.1:{port}"}
     rank0 = TuningAgent(rank=0, num_workers=2, config=Config(), tuner=ScriptedTuner([]),
+                        guard=False,
                         decision_log=tmp_path / "d.jsonl", environ=env)
     rank1 = TuningAgent(rank=1, num_workers=2, config=Config(), environ=env)
     try:
@@ -146,6 +149,7 @@ def test_unwritable_decision_log_does_not_stop_tuning(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     agent = TuningAgent(rank=0, num_workers=1, config=Config(), tuner=ScriptedTuner([]),
+                        guard=False,
                         decision_log=blocker / "d.jsonl", environ={})
     try:
         assert agent.enabled and agent.coordinator is not None
@@ -277,7 +281,7 @@ def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
 
     tuner.warm_up = warm_up  # type: ignore[attr-defined]
     config = Config(window_steps=2)
-    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=tuner,
+    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=tuner, guard=False,
                         decision_log=tmp_path / "d.jsonl", environ={})
     try:
         assert started.wait(10)

@@ -11,7 +11,7 @@ from common.control import TuningLoop
 from common.control.testing import PredictingTuner, ScriptedTuner
 from common.decision_log import DecisionLog, read_log
 from common.stats import Observation
-from common.trigger import ThresholdTrigger, knobs
+from common.trigger import ThresholdTrigger, Verdict, knobs
 
 A = Config(partition_bytes="1MiB", credit_bytes="4MiB")
 B = A.replace(partition_bytes="256KiB", credit_bytes="1MiB")
@@ -36,14 +36,15 @@ def _run(loop: TuningLoop, windows: int, speed: dict[tuple[int, int, bool], floa
 
 def test_search_tuner_explores_then_returns_to_the_measured_best(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([C, B]), trigger=ThresholdTrigger(),
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=ScriptedTuner([C, B]), trigger=ThresholdTrigger(),
                       decision_log=log)
     applied = _run(loop, 12)
     log.close()
     assert [knobs(c) for _, c in applied] == [knobs(C), knobs(B)]
     assert all(step % 10 == 0 for step, _ in applied)
     assert loop.current == B and loop.measured(B) == 150.0
-    back = TuningLoop(config=A, tuner=ScriptedTuner([C]), trigger=ThresholdTrigger())
+    back = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([C]), trigger=ThresholdTrigger())
     assert [knobs(c) for _, c in _run(back, 8)] == [knobs(C), knobs(A)]
     records = read_log(tmp_path / "d.jsonl")
     actions = [r["action"] for r in records if r["type"] == "window"]
@@ -54,7 +55,7 @@ def test_search_tuner_explores_then_returns_to_the_measured_best(tmp_path: Path)
 
 
 def test_decision_step_is_a_window_boundary_at_least_lead_steps_ahead() -> None:
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
                       lead_steps=25)
     decision = loop.on_observation(observation(A, 100.0, 30))
     assert decision is not None and decision.step == 70 and decision.id == 1
@@ -63,13 +64,14 @@ def test_decision_step_is_a_window_boundary_at_least_lead_steps_ahead() -> None:
 
 def test_predicting_tuner_switches_once_to_the_predicted_best() -> None:
     tuner = PredictingTuner(SPEED, [A, B, C])
-    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    loop = TuningLoop(guard=False, config=A, tuner=tuner, trigger=ThresholdTrigger())
     applied = _run(loop, 10)
     assert [knobs(c) for _, c in applied] == [knobs(B)]
 
 
 def test_windows_of_old_config_while_decision_pending_are_not_acted_on() -> None:
-    loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
     assert loop.on_observation(observation(A, 100.0, 0)) is not None
     assert loop.on_observation(observation(A, 100.0, 10)) is None
     assert loop.pending is not None
@@ -80,7 +82,7 @@ def test_windows_of_old_config_while_decision_pending_are_not_acted_on() -> None
 def test_prediction_drift_requests_adaptation_and_clears_measurements() -> None:
     truth = dict(SPEED)
     tuner = PredictingTuner(SPEED, [A, B])
-    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    loop = TuningLoop(guard=False, config=A, tuner=tuner, trigger=ThresholdTrigger())
     _run(loop, 4, truth)
     truth[knobs(B)] = 60.0                      # the network changed: B is now slow
     loop.on_observation(observation(B, 60.0, 40))
@@ -90,7 +92,7 @@ def test_prediction_drift_requests_adaptation_and_clears_measurements() -> None:
 
 def test_search_tuner_reset_on_drift() -> None:
     tuner = ScriptedTuner([A] * 20)
-    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger())
+    loop = TuningLoop(guard=False, config=A, tuner=tuner, trigger=ThresholdTrigger())
     for w, speed in enumerate([100, 100, 100, 60, 60]):
         loop.on_observation(observation(A, speed, w * 10))
     assert tuner.resets == 1
@@ -98,7 +100,7 @@ def test_search_tuner_reset_on_drift() -> None:
 
 def test_incomplete_or_empty_windows_are_skipped(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
                       decision_log=log)
     partial = observation(A, 100.0, 0, workers=2)
     partial = type(partial)(**{**partial.__dict__, "ranks": (0,), "speed_per_worker": (50.0,)})
@@ -118,7 +120,8 @@ class BrokenTuner:
 
 def test_failing_tuner_never_stops_the_loop(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
-    loop = TuningLoop(config=A, tuner=BrokenTuner(), trigger=ThresholdTrigger(), decision_log=log)
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=BrokenTuner(), trigger=ThresholdTrigger(), decision_log=log)
     for w in range(3):
         assert loop.on_observation(observation(A, 100.0, w * 10)) is None
     log.close()
@@ -127,7 +130,8 @@ def test_failing_tuner_never_stops_the_loop(tmp_path: Path) -> None:
 
 
 def test_decision_never_applied_is_dropped_and_the_loop_decides_again() -> None:
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([B, C]), trigger=ThresholdTrigger())
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=ScriptedTuner([B, C]), trigger=ThresholdTrigger())
     first = loop.on_observation(observation(A, 100.0, 0))
     assert first is not None and first.step == 20
     assert loop.on_observation(observation(A, 100.0, 10)) is None
@@ -137,7 +141,7 @@ def test_decision_never_applied_is_dropped_and_the_loop_decides_again() -> None:
 
 
 def test_lead_covers_lead_s_at_the_measured_step_time() -> None:
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
                       lead_steps=1, lead_s=2.0)
     decision = loop.on_observation(observation(A, 100.0, 0))  # step_time_s=0.1 -> 20 steps
     assert decision is not None and decision.step == 30
@@ -145,7 +149,7 @@ def test_lead_covers_lead_s_at_the_measured_step_time() -> None:
 
 def test_model_candidates_are_scored_and_logged(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
-    loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B, C]),
+    loop = TuningLoop(guard=False, config=A, tuner=PredictingTuner(SPEED, [A, B, C]),
                       trigger=ThresholdTrigger(), decision_log=log)
     loop.on_observation(observation(A, 100.0, 0))
     log.close()
@@ -165,7 +169,8 @@ def test_search_tuner_not_asked_once_the_exploration_budget_is_spent() -> None:
             return super().propose()
 
     tuner = Counting([C, B, C.replace(credit_bytes="32MiB"), C.replace(credit_bytes="64MiB")])
-    loop = TuningLoop(config=A, tuner=tuner, trigger=ThresholdTrigger(explore_budget=2))
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=tuner, trigger=ThresholdTrigger(explore_budget=2))
     _run(loop, 20)
     assert tuner.proposals_made == 2
 
@@ -176,7 +181,7 @@ def test_switch_cost_is_measured_from_warmup_steps_and_stops_switches_that_canno
     step where a steady one takes 0.1 s: 2 s lost. C's +6.7% over B then saves ~0.06 s per
     second left, and the job has trained a few seconds: not worth 2 s."""
     speed = {knobs(A): 100.0, knobs(B): 150.0, knobs(C): 160.0}
-    loop = TuningLoop(config=A, tuner=PredictingTuner(speed, [A, B]),
+    loop = TuningLoop(guard=False, config=A, tuner=PredictingTuner(speed, [A, B]),
                       trigger=ThresholdTrigger(cooldown_windows=0))
     decision = loop.on_observation(observation(A, 100.0, 0))
     assert decision is not None and knobs(decision.config) == knobs(B)
@@ -200,3 +205,53 @@ def test_switch_cost_is_measured_from_warmup_steps_and_stops_switches_that_canno
     assert loop.on_observation(observation(B, 150.0, step + 30)) is None
     late = loop.on_observation(observation(B, 150.0, step + 40))
     assert late is not None and knobs(late.config) == knobs(C)
+
+
+NATIVE = knobs(A.replace(scheduling=False))
+
+
+def test_guard_measures_native_first_and_keeps_a_faster_scheduled_configuration(
+        tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([B, B, B]), trigger=ThresholdTrigger(),
+                      decision_log=log)
+    applied = _run(loop, 10, {**SPEED, NATIVE: 90.0})
+    assert not applied[0][1].scheduling  # the first move measures native
+    assert applied[-1][1] == B  # then the tuner's faster configuration wins
+    events = [r for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"]
+    assert events and "measure the framework's own path" in events[0]["reason"]
+
+
+def test_guard_returns_to_native_and_never_switches_to_a_slower_configuration(
+        tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    # the model promises much of B, which runs slower than native
+    predicted = {**SPEED, NATIVE: 90.0}
+    measured = {knobs(A): 100.0, knobs(B): 80.0, NATIVE: 95.0}
+    loop = TuningLoop(config=A, tuner=PredictingTuner(predicted, [A, B]),
+                      trigger=ThresholdTrigger(), decision_log=log)
+    applied = _run(loop, 20, measured)
+    configs = [c for _, c in applied]
+    assert B in configs and configs.count(B) == 1, configs  # tried once, never again
+    after_b = applied[configs.index(B) + 1]
+    assert after_b[0] - applied[configs.index(B)][0] <= 40  # two windows, then the lead
+    records = read_log(tmp_path / "d.jsonl")
+    reasons = [r["reason"] for r in records if r.get("event") == "guard"]
+    assert any("below native" in r for r in reasons), reasons
+
+
+def test_guard_measures_native_again_after_conditions_change() -> None:
+    loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
+    _run(loop, 6, {**SPEED, NATIVE: 90.0})
+    assert loop.measured(A.replace(scheduling=False)) is not None
+    loop._adapt()  # the trigger saw predictions drift: the environment changed
+    assert loop.measured(A.replace(scheduling=False)) is None
+    loop.current = B
+    verdict = loop._guard(Verdict("stay", loop.current, "nothing better"))
+    assert verdict is not None and verdict.action == "explore" and not verdict.config.scheduling
+
+
+def test_no_guard_for_a_fixed_configuration() -> None:
+    loop = TuningLoop(config=A, tuner=None, trigger=ThresholdTrigger())
+    assert not loop.guard
+    assert _run(loop, 5, {**SPEED, NATIVE: 1000.0}) == []

@@ -23,7 +23,7 @@ def _write_log(path: Path) -> None:
     log = DecisionLog(path)
     log.write("job", {"num_workers": 2, "config": A, "tuner": "scripted",
                       "trigger": "ThresholdTrigger"})
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
                       decision_log=log)
     current, pending = A, None
     for w in range(8):

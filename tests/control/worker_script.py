@@ -35,7 +35,7 @@ def run_worker(args: argparse.Namespace) -> None:
                         arch="ps", endpoint=args.endpoint, tuner=tuner,
                         host_coordinator=True if args.host else None,
                         heartbeat_s=args.heartbeat, dead_after_s=args.dead_after,
-                        decision_log=args.log, lead_s=args.lead_seconds)
+                        decision_log=args.log, lead_s=args.lead_seconds, guard=False)
     agent.set_layer_bytes([4096, 8192])
     emit(event="started", enabled=agent.enabled, endpoint=agent.endpoint)
     pending = None
@@ -66,7 +66,7 @@ def run_coordinator(args: argparse.Namespace) -> None:
     coordinator = Coordinator(bind=args.endpoint, num_workers=args.workers, config=config,
                               secret=secret, tuner=ScriptedTuner([config.replace(**FAST)] * 3),
                               heartbeat_s=args.heartbeat, decision_log=DecisionLog(args.log),
-                              lead_s=args.lead_seconds)
+                              lead_s=args.lead_seconds, guard=False)
     emit(event="listening", endpoint=coordinator.endpoint)
     coordinator.run()
 
