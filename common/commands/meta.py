@@ -140,7 +140,7 @@ def _generate(args: argparse.Namespace) -> int:
     from common.tuners import SearchSpace
 
     grid = list(SearchSpace()) if args.grid else None
-    per_job = len(grid) if grid is not None else args.configs_per_job
+    per_job = (len(grid) if grid is not None else args.configs_per_job) + 1  # and native
     jobs = args.jobs if args.jobs is not None else math.ceil(args.samples / max(1, per_job))
     if jobs < 1:
         raise ConfigError(f"--samples/--jobs must give at least one job, got jobs={jobs}")
@@ -295,7 +295,7 @@ def _eval(args: argparse.Namespace) -> int:
     import numpy as np
 
     from common.meta import MetaModel
-    from common.tuners import SearchSpace
+    from common.tuners import NATIVE_BYTES, SearchSpace
 
     model = MetaModel.load(args.model)
     data = _load_sets([args.data])
@@ -323,7 +323,7 @@ def _eval(args: argparse.Namespace) -> int:
             _say(f"replaying {len(real.runs())} run(s), {name}:")
             got = evaluate_online(model, real, method=method, report=_say)
             print(f"testbed runs replayed window by window, {name}: {got.describe()}")
-    grid = np.array(list(SearchSpace()))
+    grid = np.array([*SearchSpace(), (NATIVE_BYTES, 1)])  # every candidate, native too
     job = data.job(0)
     model.predict(job, grid[:, 0], grid[:, 0] * grid[:, 1])  # compile once
     times = []

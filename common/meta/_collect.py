@@ -32,6 +32,7 @@ import numpy as np
 
 from common.errors import ConfigError, ControlError
 from common.meta._features import JobTracker, MetaInput, Sample
+from common.tuners._space import NATIVE_BYTES
 
 __all__ = [
     "LogSamples",
@@ -104,9 +105,12 @@ def run_name(path: Path) -> str:
 
 
 def _knobs(config: Any) -> tuple[int, int] | None:
+    """(partition, credit) as a model of speed reads them (native: ``NATIVE_BYTES``)."""
     try:
+        if config.get("scheduling", True) is False:
+            return NATIVE_BYTES, NATIVE_BYTES
         return int(config["partition_bytes"]), int(config["credit_bytes"])
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from common.errors import ConfigError, ModelFileError
 from common.meta._features import MetaInput, Sample
+from common.tuners._space import NATIVE_BYTES
 
 __all__ = ["DATASET_VERSION", "HOLDOUT_BANDWIDTH_BPS", "HOLDOUT_MODELS", "Dataset", "generate"]
 
@@ -251,7 +252,8 @@ def generate(*, jobs: int, seed: int, configs_per_job: int = 8, holdout: bool = 
         else:
             profile = random_profile(rng, batch_size=batch, name="random")
         low = max(MIN_PARTITION, math.ceil(profile.total_bytes / MAX_CHUNKS))
-        points = grid if grid is not None else _random_points(rng, configs_per_job, low)
+        points = list(grid) if grid is not None else _random_points(rng, configs_per_job, low)
+        points.append((NATIVE_BYTES, 1))
         parts.append(_simulate_job(rng, profile, points, holdout))
         if progress is not None:
             progress(j + 1, jobs)
@@ -290,7 +292,7 @@ def _simulate_job(rng: np.random.Generator, profile: Any, points: Sequence[tuple
     servers = int(rng.choice([1, max(1, workers // 4), workers])) if arch == "ps" else 1
     rate = _bandwidth(rng, holdout)
     schedule, steps = BandwidthSchedule.constant(rate), 1
-    fine = min(p for p, _ in points)
+    fine = min(p for p, _ in points if p != NATIVE_BYTES)
     if rng.random() < 0.3 and profile.total_bytes / fine <= SCHEDULE_CHUNKS:
         # the link rate changes within the window
         estimate = lower_bound(profile, workers=workers, arch=arch, servers=servers,
@@ -304,7 +306,8 @@ def _simulate_job(rng: np.random.Generator, profile: Any, points: Sequence[tuple
     sample: dict[str, list[float]] = {k: [] for k in ("partition_bytes", "credit_bytes", "speed",
                                                       "iteration_s", "lower_bound_s")}
     for partition, multiple in points:
-        config = Config(partition_bytes=partition, credit_bytes=partition * multiple)
+        config = Config(scheduling=False) if partition == NATIVE_BYTES else \
+            Config(partition_bytes=partition, credit_bytes=partition * multiple)
         result = simulate(profile, config, workers=workers, arch=arch, servers=servers,
                           bandwidth=schedule, steps=steps, trace=False)
         jitter = rng.lognormal(0.0, 0.02)  # compute noise over a 10-step window

@@ -294,7 +294,7 @@ def encode_candidates(job: EncodedJob, partitions: npt.ArrayLike,
         raise ConfigError(f"candidates need partitions >= 1 byte and credits >= their "
                           f"partition, one each, got {p.size} partitions and {c.size} credits")
     sizes = job.layer_bytes[job.layer_bytes > 0]
-    chunks = np.ceil(sizes[None, :] / p[:, None]).sum(axis=1)
+    chunks = np.ceil(job.total_bytes / p)  # the plan's fused blocks
     split = (sizes[None, :] * (sizes[None, :] > p[:, None])).sum(axis=1) / job.total_bytes
     per_byte = job.comm_s / job.total_bytes
     ref = job.ref_s

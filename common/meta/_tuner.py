@@ -23,7 +23,7 @@ import numpy.typing as npt
 from common.config import Config
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import JobTracker, MetaInput
-from common.tuners import BayesianTuner, SearchSpace, Tuner
+from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
 
@@ -52,7 +52,8 @@ class MetaTuner(Tuner):
         self.adapted_path = Path(adapted_path) if adapted_path is not None else None
         self.job: MetaInput | None = None
         self._tracker = JobTracker()
-        self._grid = np.array(list(self.space), dtype=np.int64)
+        grid = list(self.space) + ([(NATIVE_BYTES, 1)] if self.space.native else [])
+        self._grid = np.array(grid, dtype=np.int64)
         self._proposal: Config | None = None
         self._adaptation: Any = None
         self._lock = threading.Lock()
@@ -88,12 +89,20 @@ class MetaTuner(Tuner):
         self._proposal = None
 
     def scores(self) -> npt.NDArray[np.float64]:
-        """Predicted samples/s of every point of the space, in ``iter(space)`` order."""
+        """Predicted samples/s of every point of the space: ``iter(space)`` order, then
+        native."""
         if self.job is None:
             raise ConfigError("the meta tuner has seen no window yet")
         self._collect_adaptation()
         parts = self._grid[:, 0]
         return self.predictor.predict(self.job, parts, parts * self._grid[:, 1])
+
+    def _points(self) -> list[Config]:
+        """The points ``scores`` answers for, in its order (native last when in the space)."""
+        if not self.space.native:
+            return [self.space.config(int(p), int(m), self.base) for p, m in self._grid]
+        return [self.space.config(int(p), int(m), self.base) for p, m in self._grid[:-1]] + \
+            [self.space.native_config(self.base)]
 
     def propose(self) -> Config:
         if self.job is None:
@@ -103,18 +112,16 @@ class MetaTuner(Tuner):
                             "optimisation until a window carries them")
             return self._fallback.propose()
         if self._proposal is None:
-            best = int(np.argmax(self.scores()))
-            partition, multiple = (int(v) for v in self._grid[best])
-            self._proposal = self.space.config(partition, multiple, self.base)
+            self._proposal = self._points()[int(np.argmax(self.scores()))]
         return self._proposal
 
     def predict(self, configs: Sequence[Config]) -> list[float] | None:
         if self.job is None or not configs:
             return None
         self._collect_adaptation()
-        parts = np.array([c.partition_bytes for c in configs])
-        credits = np.array([c.credit_bytes for c in configs])
-        return [float(v) for v in self.predictor.predict(self.job, parts, credits)]
+        encoded = np.array([self.space.encode(c) for c in configs], dtype=np.int64)
+        return [float(v) for v in self.predictor.predict(self.job, encoded[:, 0],
+                                                         encoded[:, 1])]
 
     def adapt(self, observations: Sequence[Any]) -> None:
         """Fine-tune the head on recent windows in the background (no-op for a predictor
@@ -131,8 +138,8 @@ class MetaTuner(Tuner):
                 job = tracker.update(MetaInput.from_observation(obs, servers=self.servers))
             except ConfigError:
                 continue
-            samples.append(Sample(job, obs.config.partition_bytes, obs.config.credit_bytes,
-                                  float(obs.speed)))
+            partition, credit = self.space.encode(obs.config)
+            samples.append(Sample(job, partition, credit, float(obs.speed)))
         # the environment changed: what the older windows showed of the link is stale
         self._tracker.keep_newest()
         if samples:

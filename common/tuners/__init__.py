@@ -27,6 +27,7 @@ from common.tuners._space import (
     DEFAULT_CREDIT_MULTIPLES,
     DEFAULT_PARTITIONS,
     MAX_CREDIT_MULTIPLE,
+    NATIVE_BYTES,
     SearchSpace,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_CREDIT_MULTIPLES",
     "DEFAULT_PARTITIONS",
     "MAX_CREDIT_MULTIPLE",
+    "NATIVE_BYTES",
     "P3_PARTITION_BYTES",
     "BayesianTuner",
     "DefaultTuner",

@@ -11,6 +11,7 @@ import pytest
 from common.errors import ModelFileError
 from common.meta import HOLDOUT_BANDWIDTH_BPS, HOLDOUT_MODELS, Dataset, generate
 from common.meta._dataset import COLUMNS
+from common.tuners import NATIVE_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +28,14 @@ def test_same_seed_same_data(small: Dataset) -> None:
 
 
 def test_ranges_and_training_split(small: Dataset) -> None:
-    assert len(small) == 18 and small.num_jobs == 6
+    assert len(small) == 24 and small.num_jobs == 6  # 3 configurations and native each
     assert set(small["job_source"].tolist()) == {"sim"}
     assert not set(small["job_model"].tolist()) & set(HOLDOUT_MODELS)
     low, high = HOLDOUT_BANDWIDTH_BPS
     assert np.all(small["job_workers"] >= 1) and np.all(small["job_workers"] <= 128)
     assert np.all(small["partition_bytes"] >= 4096)
-    assert np.all(small["partition_bytes"] <= 1024**3)
+    parts = small["partition_bytes"]
+    assert np.all((parts <= 1024**3) | (parts == NATIVE_BYTES))
     multiples = small["credit_bytes"] / small["partition_bytes"]
     assert np.all((multiples >= 1) & (multiples <= 16))
     assert np.all(small["speed"] > 0)
@@ -51,7 +53,7 @@ def test_ranges_and_training_split(small: Dataset) -> None:
 
 def test_holdout_draws_only_held_out_conditions() -> None:
     data = generate(jobs=3, seed=0, holdout=True, grid=[(1 << 20, 1), (1 << 22, 4)])
-    assert len(data) == 6
+    assert len(data) == 9  # the grid's two points and native
     models = set(data["job_model"].tolist())
     assert models <= set(HOLDOUT_MODELS) | {"random"}
     low, high = HOLDOUT_BANDWIDTH_BPS
@@ -67,7 +69,7 @@ def test_file_round_trip_and_selection(small: Dataset, tmp_path: Path) -> None:
     assert back.job(2) == small.job(2)
     keep = np.array([True, False, True, False, False, True])
     part = small.select_jobs(keep)
-    assert part.num_jobs == 3 and len(part) == 9
+    assert part.num_jobs == 3 and len(part) == 12
     assert part.job(1) == small.job(2)
     both = Dataset.concat([part, part])
     assert both.num_jobs == 6 and both.job(4) == small.job(2)

@@ -47,7 +47,7 @@ def base(sim: Dataset) -> MetaModel:
 def test_fine_tune_learns_the_testbed_and_leaves_the_model_alone(sim: Dataset,
                                                                  base: MetaModel) -> None:
     real = _testbed(sim, 0.5)
-    assert len(real.runs()) == 8 and real.num_jobs == 48
+    assert len(real.runs()) == 8 and real.num_jobs == 56  # 6 configurations and native
     job = real.job(0)
     before = base.predict(job, [1 << 20], [4 << 20])
     old = evaluate(base, real.as_deployed())
@@ -57,7 +57,7 @@ def test_fine_tune_learns_the_testbed_and_leaves_the_model_alone(sim: Dataset,
     assert new.mape < 0.7 * old.mape, (old.describe(), new.describe())
     np.testing.assert_array_equal(base.predict(job, [1 << 20], [4 << 20]), before)
     assert tuned.vocabulary == base.vocabulary
-    assert tuned.info["fine_tuned_on"]["testbed_samples"] == 48 * 6
+    assert tuned.info["fine_tuned_on"]["testbed_samples"] == 56 * 7
 
 
 def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: Path,
@@ -72,10 +72,10 @@ def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: P
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "holding out 2 testbed run(s): run1/decisions-x, run2/decisions-x" in captured.err
-    assert "held-out testbed runs (run1/*, run2/*): testbed, 2 runs as deployed: 72 rows" \
+    assert "held-out testbed runs (run1/*, run2/*): testbed, 2 runs as deployed: 98 rows" \
         in captured.out
     info = MetaModel.load(out).info["fine_tuned_on"]
-    assert info["testbed_samples"] == 6 * 6 * 6  # 6 runs left, 6 windows x 6 configurations
+    assert info["testbed_samples"] == 6 * 7 * 7  # 6 runs left, 7 windows x 7 configurations
     assert main(["meta", "train", "--data", str(real_path), "--holdout-runs", "nope*",
                  "--out", str(out)]) == 2
     assert "--holdout-runs ['nope*'] match no run" in capsys.readouterr().err
@@ -85,13 +85,13 @@ def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: P
     code = main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
                  "run3/*"])
     assert code == 0
-    assert "run3/decisions-x: 36 rows, 6 jobs" in capsys.readouterr().out
+    assert "run3/decisions-x: 49 rows, 7 jobs" in capsys.readouterr().out
     code = main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
                  "run3/*", "--online", "ridge"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "replayed window by window, the same replay, not adapting: 4 rows" in captured.out
-    assert "replayed window by window, adapting online (ridge): 4 rows" in captured.out
+    assert "replayed window by window, the same replay, not adapting: 5 rows" in captured.out
+    assert "replayed window by window, adapting online (ridge): 5 rows" in captured.out
     assert main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
                  "run3/*", "--online", "ridge,sgd"]) == 2
     assert "--online takes adaptation methods from ['ridge', 'adam']" in capsys.readouterr().err

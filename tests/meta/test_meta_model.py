@@ -33,7 +33,7 @@ from common.meta import (
 )
 from common.meta._model import STAMP
 from common.meta._train import arrays
-from common.tuners import BayesianTuner, SearchSpace
+from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace
 
 TINY = {"width": 8, "lstm": 8, "dense": 16}
 
@@ -168,7 +168,8 @@ def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, da
             num_workers=job.workers, arch=job.arch, bandwidth_down=(job.bandwidth_down_bps,),
             bandwidth_up=(job.bandwidth_up_bps,), model=job.model, speed=speed,
             step_time_s=job.workers * job.batch_size / speed,
-            config=Config(partition_bytes=partition, credit_bytes=credit))
+            config=Config(scheduling=False) if partition == NATIVE_BYTES else
+            Config(partition_bytes=partition, credit_bytes=credit))
 
     rows = np.flatnonzero(data["sample_job"] == 1)
     windows = [window(int(data["partition_bytes"][r]), int(data["credit_bytes"][r]),

@@ -28,7 +28,9 @@ NAMES = ["default", "grid", "bayesian"]
 
 
 def smooth(config: Config) -> float:
-    """A unimodal speed surface with its peak at 1 MiB, 4x."""
+    """A unimodal speed surface with its peak at 1 MiB, 4x; native runs at 50."""
+    if not config.scheduling:
+        return 50.0
     x = math.log2(config.partition_bytes / MIB)
     y = math.log2(config.credit_multiple / 4)
     return 100.0 * math.exp(-0.3 * x * x - 0.5 * y * y)
@@ -83,21 +85,22 @@ def test_default_is_p3_and_keeps_the_other_fields() -> None:
 def test_grid_visits_every_point_once_then_keeps_the_best() -> None:
     tuner = GridTuner(space=SMALL)
     seen = []
-    for _ in range(len(SMALL)):
+    for _ in range(len(SMALL) + 1):
         config = tuner.propose()
-        seen.append(SearchSpace.point(config))
+        seen.append(SearchSpace.point(config) if config.scheduling else "native")
         tuner.observe(config, smooth(config))
-    assert seen == list(SMALL)
+    assert seen == ["native", *SMALL]
     assert SearchSpace.point(tuner.propose()) == (MIB, 4)
 
 
 def test_bayesian_is_deterministic_and_never_repeats_before_exhausting() -> None:
-    runs = [run_search(BayesianTuner(space=SMALL, seed=s), smooth, budget=len(SMALL))
+    runs = [run_search(BayesianTuner(space=SMALL, seed=s), smooth, budget=len(SMALL) + 1)
             for s in (3, 3, 4)]
-    points = [[SearchSpace.point(c) for c, _ in run.history] for run in runs]
+    points = [[SearchSpace.point(c) if c.scheduling else (0, 0) for c, _ in run.history]
+              for run in runs]
     assert points[0] == points[1]
     assert points[0] != points[2]
-    assert sorted(points[0]) == sorted(SMALL)  # every point once
+    assert sorted(points[0]) == sorted([(0, 0), *SMALL])  # every point once, native too
     quick = run_search(BayesianTuner(space=SMALL, seed=0), smooth, budget=8)
     assert quick.best[1] >= 0.95 * 100.0  # the peak of a smooth surface in half the space
 
@@ -116,9 +119,12 @@ def test_search_space_defaults_and_validation() -> None:
     space = SearchSpace()
     assert len(space) == 11 * 16
     assert space.partitions[0] == 64 * KIB and space.partitions[-1] == 64 * MIB
-    configs = space.configs()
+    native, *configs = space.configs()
+    assert not native.scheduling and native in space and len(configs) == len(space)
     assert all(c.credit_bytes == c.partition_bytes * round(c.credit_multiple) for c in configs)
     assert all(0.0 <= f <= 1.0 for c in configs for f in space.features(c))
+    assert space.features(native)[0] > 1.0  # one pack: past the largest partition
+    assert native not in SearchSpace(native=False)
     assert SearchSpace(partitions=["4MiB", 4 * MIB, "1MiB"]).partitions == (MIB, 4 * MIB)
     assert Config(partition_bytes=MIB, credit_bytes=4 * MIB) in space
     assert Config(partition_bytes=MIB, credit_bytes=32 * MIB) not in space
