@@ -8,9 +8,11 @@ switches its step function at that same step: to the trace it already made for t
 (``TRACE_CACHE`` of them are kept, so going back costs nothing) or to a new trace; between
 changes nothing but a step counter runs in Python.
 
-Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) run
-a second trace of the step with gradient-ready stamps, so
-the steady-state trace carries no Python ops at all.
+Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) stamp
+when each gradient is ready. The stamps are in every trace behind one flag (``set_sampling``),
+so sampling never costs a trace of its own; between sampled steps they cost a branch each.
+Rank 0's measured layer times shape the plans traced after they arrive (no retrace of their
+own: on a large model a trace takes seconds).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,8 @@ class Controller:
 
     def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
                  broadcast: Callable[[NDArray[Any]], NDArray[Any]],
-                 sample_every: int | None = None, agent: TuningAgent | None = None) -> None:
+                 sample_every: int | None = None, agent: TuningAgent | None = None,
+                 set_sampling: Callable[[bool], None] | None = None) -> None:
         self._config = config
         self._pending: Config | None = None
         self.rank, self.workers = rank, workers
@@ -67,6 +69,7 @@ class Controller:
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
         self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
         self._main: tuple[TensorInfo, ...] | None = None
+        self._set_sampling = set_sampling
         self._sampling = False
         self._traced = False
         self._lock = threading.Lock()
@@ -77,8 +80,7 @@ class Controller:
         self._resample = False
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
-        self.generation = 0  # bumped whenever plans change; step functions switch on it
-        self._times_version = 0
+        self.generation = 0  # bumped whenever the configuration changes
         self.agent = agent
         self._wire_bytes = 0  # bytes this worker sends per step for the gradients
         self._layer_of: list[int] = []  # layer of each gradient tensor, for the tuner
@@ -91,6 +93,7 @@ class Controller:
 
     @property
     def measured_plan(self) -> bool:
+        """Rank 0's measured layer times are known: plans traced from now on use them."""
         return self._main is not None and self._main in self._times
 
     @property
@@ -99,12 +102,12 @@ class Controller:
 
     @property
     def trace_key(self) -> tuple[object, ...]:
-        """What a traced step depends on: the knobs in force and the measured times' version
-        (native ignores partition and credit)."""
+        """What a traced step depends on: the knobs in force (native ignores partition and
+        credit)."""
         c = self._config
         if not c.scheduling:
-            return (False, self._times_version)
-        return (c.partition_bytes, c.credit_bytes, True, self._times_version)
+            return (False,)
+        return (c.partition_bytes, c.credit_bytes, True)
 
     def note_trace(self) -> None:
         """The step about to run traces anew (its time is warm-up, not steady state)."""
@@ -132,7 +135,14 @@ class Controller:
         return plan
 
     def stamps(self) -> Controller | None:
-        return self if self._sampling else None
+        """Where gradient-ready stamps go (they fire only on sampled steps)."""
+        return self if self._set_sampling is not None else None
+
+    def sample(self, on: bool) -> None:
+        """Turn the stamps on for this step or off (a variable write only when it changes)."""
+        if on != self._sampling and self._set_sampling is not None:
+            self._set_sampling(on)
+            self._sampling = on
 
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None:
         with self._lock:
@@ -167,14 +177,6 @@ class Controller:
             self._ready.clear()
         self._start = math.nan
         return _Step(sample=sample, rebuild=rebuild)
-
-    @contextmanager
-    def tracing(self, sample: bool) -> Iterator[None]:
-        self._sampling = sample
-        try:
-            yield
-        finally:
-            self._sampling = False
 
     def end(self, step: _Step, seconds: float, samples: int) -> None:
         traced = self._traced
@@ -227,8 +229,7 @@ class Controller:
         if vector[4] == 1.0 and self._main is not None:
             self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
             self._times_sent = True
-            self._times_version += 1
-            rebuild = True
+            self._plans.clear()  # traces made from now on plan with the times
         if rebuild:
             self._plans.clear()
             self.generation += 1
@@ -242,10 +243,9 @@ def _bytes(tensors: tuple[TensorInfo, ...]) -> int:
 class SteppedFunction:
     """A step function that keeps the step protocol: agree, pick the trace, run, record.
 
-    ``build`` makes a fresh step callable (a new trace). Traces are kept per plan and per
-    variant (steady state, or sampled with gradient-ready stamps), the ``TRACE_CACHE`` most
-    recently used ones, so a switch back to a plan used before reuses its trace.
-    ``samples`` reads this worker's running sample count after a step.
+    ``build`` makes a fresh step callable (a new trace). Traces are kept per plan, the
+    ``TRACE_CACHE`` most recently used ones, so a switch back to a plan used before reuses its
+    trace. ``samples`` reads this worker's running sample count after a step.
     """
 
     def __init__(self, controller: Controller, build: Callable[[], Callable[..., Any]],
@@ -262,7 +262,8 @@ class SteppedFunction:
         controller = self._controller
         step = controller.begin(self)
         sample = step.sample and self._can_sample()
-        key = (*controller.trace_key, sample)
+        controller.sample(sample)
+        key = controller.trace_key
         fn = self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = self._build()
@@ -272,8 +273,7 @@ class SteppedFunction:
         else:
             self._fns.move_to_end(key)
         started = time.perf_counter()
-        with controller.tracing(sample):
-            out = fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
         seconds = time.perf_counter() - started
         count = self._samples()
         controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds,

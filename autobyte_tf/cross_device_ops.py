@@ -28,7 +28,7 @@ from tensorflow.python.distribute import reduce_util
 from autobyte_tf.planning import Plan, TensorInfo
 from common.plan import MAX_LANES
 
-__all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after"]
+__all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"]
 
 
 class ReadyStamps(Protocol):
@@ -46,18 +46,19 @@ class Planner(Protocol):
     def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan: ...
 
     def stamps(self) -> ReadyStamps | None:
-        """Non-None only while the sampled variant of a step is being traced."""
+        """Where gradient-ready stamps go; None: trace no stamps."""
         ...
 
 
 class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
     """Drop-in for MWMS's ``CollectiveAllReduce`` with the same devices, group and keys."""
 
-    def __init__(self, base: Any, planner: Planner) -> None:
+    def __init__(self, base: Any, planner: Planner, sampling: Any) -> None:
         super().__init__(devices=base._devices, group_size=base._group_size,
                          options=base._options, collective_keys=base._collective_keys,
                          canonicalize_devices=base._canonicalize_devices)
         self._planner = planner
+        self._sampling = sampling  # bool variable: stamps fire only on sampled steps
         self._lanes: list[list[Any]] = []
         with tf.init_scope():
             for device in self._devices:
@@ -81,7 +82,7 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         device = self._devices[replica_id]
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
             reduced = self._issue(flat, plan, replica_id, options)
-            marks = [] if stamps is None else _ready_marks(flat, infos, stamps)
+            marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
                 if reduce_op == reduce_util.ReduceOp.MEAN:
@@ -153,19 +154,28 @@ def after(mark: Any, t: Any) -> Any:
 
 
 def _ready_marks(flat: Sequence[Any], infos: tuple[TensorInfo, ...],
-                 stamps: ReadyStamps) -> list[Any]:
-    """One stateless Python op per gradient, run as soon as that gradient exists.
+                 stamps: ReadyStamps, sampling: Any) -> list[Any]:
+    """One stateless Python op per gradient, run as soon as that gradient exists, on sampled
+    steps only (``sampling``; otherwise a branch that returns 0).
 
     stateful=False matters: stateful Python ops are chained in program order by automatic
     control dependencies, which would stamp every gradient at the time of the last one. The
     op reads one element, so the stamp costs no copy of the gradient.
     """
-    marks = []
-    for i, t in enumerate(flat):
-        first = tf.reshape(t, [-1])[:1]
-        marks.append(tf.numpy_function(_stamper(stamps, infos, i), [first], tf.int8,
-                                       stateful=False, name=f"autobyte_ready{i}"))
-    return marks
+    return [gated_stamp(sampling, tf.reshape(t, [-1])[:1], _stamper(stamps, infos, i),
+                        f"autobyte_ready{i}") for i, t in enumerate(flat)]
+
+
+def gated_stamp(sampling: Any, first: Any, fn: Callable[[NDArray[Any]], np.int8],
+                name: str) -> Any:
+    """``fn(first)`` as a Python op when ``sampling`` is true, else 0 (an int8 scalar).
+
+    The op's output is left as it comes (no reshape or shape check: Grappler drops such an
+    op together with what feeds it, and the stamp with it)."""
+    def stamp() -> Any:
+        return tf.numpy_function(fn, [first], tf.int8, stateful=False, name=name)
+
+    return tf.cond(sampling, stamp, lambda: tf.constant(0, tf.int8))
 
 
 def _stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],

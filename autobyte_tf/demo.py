@@ -8,6 +8,7 @@ worker prints a ``done`` record with a checksum of its weights, which must agree
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,15 +21,28 @@ import tensorflow as tf
 
 from autobyte_tf import AutoByteStrategy
 from common.config import Config
-from common.progress import WindowMeter, emit, sweep_config, worker_args
+from common.progress import NATIVE, WindowMeter, emit, sweep_config, worker_args
 
 INPUT = (28, 28, 1)
+APP_INPUT = (32, 32, 3)  # keras.applications models need 32x32 and three channels at least
 CLASSES = 10
+
+
+def input_shape(name: str) -> tuple[int, int, int]:
+    return APP_INPUT if name in ("mobilenetv2", "densenet") else INPUT
 
 
 def build_model(name: str = "cnn") -> Any:
     """cnn: about 0.33 M parameters (1.3 MB of gradients), communication-bound below ~1 Gbit/s;
-    mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute."""
+    mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute.
+    mobilenetv2 (2.3 M, 158 tensors) and densenet (DenseNet-121, 7.0 M, 364 tensors) are
+    keras.applications models, BatchNorm-heavy, that the meta-network never trained on."""
+    if name == "mobilenetv2":
+        return keras.applications.MobileNetV2(weights=None, input_shape=APP_INPUT,
+                                              classes=CLASSES, classifier_activation=None)
+    if name == "densenet":
+        return keras.applications.DenseNet121(weights=None, input_shape=APP_INPUT,
+                                              classes=CLASSES, classifier_activation=None)
     layers = keras.layers
     body = {
         "cnn": [layers.Conv2D(16, 3, activation="relu"), layers.MaxPooling2D(),
@@ -49,16 +63,24 @@ def main(argv: list[str] | None = None) -> None:
     args = worker_args(argv, __doc__)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    if args.baseline:  # plain MultiWorkerMirroredStrategy, with the same Keras fixes
+    if args.local:  # compute alone: every worker trains on its own, no communication
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        rank = int(cluster.get("task", {}).get("index", 0))
+        workers = len(cluster.get("cluster", {}).get("worker", [])) or 1
+        window = args.window or Config.from_env().window_steps
+        strategy: Any = tf.distribute.get_strategy()
+        describe: Callable[[], str] = functools.partial(str, "compute alone")
+        tuning: Any = "off (compute alone)"
+    elif args.baseline:  # plain MultiWorkerMirroredStrategy, with the same Keras fixes
         from autobyte_tf import keras_compat
 
-        strategy: Any = tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
         keras_compat.install()
         rank = int(strategy.extended._id_in_cluster or 0)
         workers = int(strategy.extended._num_workers)
         window = args.window or Config.from_env().window_steps
-        describe: Callable[[], str] = functools.partial(str, "baseline (MWMS)")
-        tuning: Any = "off (baseline)"
+        describe = functools.partial(str, "baseline (MWMS)")
+        tuning = "off (baseline)"
     else:
         strategy = AutoByteStrategy(model_name=f"demo_{args.model}")
         rank, workers = strategy.rank, strategy.num_workers
@@ -71,21 +93,24 @@ def main(argv: list[str] | None = None) -> None:
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(rank)
-    x = rng.normal(size=(8 * args.batch, *INPUT)).astype("float32")
+    x = rng.normal(size=(8 * args.batch, *input_shape(args.model))).astype("float32")
     y = rng.integers(0, CLASSES, len(x))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     global_batch = args.batch * workers  # Keras splits it across the workers
-    data = (tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
-            .with_options(options))
+    data = (tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+            .batch(args.batch if args.local else global_batch).with_options(options))
+    gradient_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                         for v in model.trainable_variables)
     emit("start", framework="tensorflow", rank=rank, workers=workers, steps=args.steps,
-         model=args.model, config=describe(), tuning=tuning)
+         model=args.model, config=describe(), tuning=tuning, gradient_bytes=gradient_bytes)
     model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0,
               callbacks=[_Progress(rank, window, describe, WindowMeter(global_batch),
-                                   sweep=None if args.baseline else (strategy, args))])
+                                   sweep=None if args.baseline or args.local
+                                   else (strategy, args))])
     checksum = float(sum(np.sum(v.numpy(), dtype=np.float64) for v in model.trainable_variables))
     emit("done", rank=rank, steps=args.steps, config=describe(), checksum=checksum)
-    if not args.baseline:
+    if not (args.baseline or args.local):
         strategy.close()
 
 
@@ -108,8 +133,11 @@ class _Progress(keras.callbacks.Callback):  # type: ignore[misc]
         if self._sweep is not None:
             strategy, args = self._sweep
             knobs = sweep_config(args.sweep, args.sweep_steps, batch + 1)
-            if knobs is not None:
-                strategy.reconfigure(partition_bytes=knobs[0], credit_bytes=knobs[1])
+            if knobs == NATIVE:
+                strategy.reconfigure(scheduling=False)
+            elif knobs is not None:
+                strategy.reconfigure(partition_bytes=knobs[0], credit_bytes=knobs[1],
+                                     scheduling=True)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from autobyte_tf import keras_compat
 from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
 from autobyte_tf.control import Controller, SteppedFunction
-from autobyte_tf.cross_device_ops import AutoByteAllReduce, after
+from autobyte_tf.cross_device_ops import AutoByteAllReduce, after, gated_stamp
 from autobyte_tf.stats import TrainingStats
 from common.config import Config
 from common.control import TuningAgent, adapter_options
@@ -96,14 +96,16 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         with tf.init_scope(), tf.device(self._worker_device):
             self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="autobyte_samples")
+            self._sampling = tf.Variable(False, trainable=False, name="autobyte_sampling")
         self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
                                   model=model_name, arch="allreduce",
                                   **adapter_options(tuning))
         self._controller = Controller(
             config=resolved, rank=rank, workers=workers, bandwidth=rate,
             broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),
-            sample_every=sample_every, agent=self._agent)
-        self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller)
+            sample_every=sample_every, agent=self._agent, set_sampling=self._sampling.assign)
+        self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller,
+                                            self._sampling)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
         log.info("AutoByteStrategy: worker %d of %d, %s", rank, workers, resolved.describe())
@@ -180,9 +182,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
                                can_sample=can_sample)
 
     def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Count this worker's samples; on sampled traces, stamp when the step's data arrives."""
+        """Count this worker's samples; on sampled steps, stamp when the step's data arrives."""
         controller = self._controller
         samples = self._samples
+        sampling = self._sampling
 
         @functools.wraps(fn)
         def replica_fn(*args: Any, **kwargs: Any) -> Any:
@@ -192,9 +195,8 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
                 return fn(*args, **kwargs)
             samples.assign_add(tf.cast(tf.shape(leaves[at])[0], tf.int64))
             if controller.stamps() is not None:  # the step starts when its data is there
-                start = tf.numpy_function(_start_stamper(controller),
-                                          [tf.reshape(leaves[at], [-1])[:1]], tf.int8,
-                                          stateful=False, name="autobyte_step_start")
+                start = gated_stamp(sampling, tf.reshape(leaves[at], [-1])[:1],
+                                    _start_stamper(controller), "autobyte_step_start")
                 leaves[at] = after(start, leaves[at])
                 args, kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves)
             return fn(*args, **kwargs)

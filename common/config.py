@@ -47,7 +47,8 @@ class Config:
 
     partition_bytes: a gradient larger than this is split into chunks of at most this size.
     credit_bytes: bytes allowed in flight at once (the sliding window); >= partition_bytes.
-    scheduling: False sends each tensor whole, in framework order, with no credit (a baseline).
+    scheduling: False is native, the framework's own path: MultiWorkerMirroredStrategy's packed
+        all-reduce, or native dist_sync on the caller's arrays (a point the tuners choose too).
     tuner: which tuner proposes new configurations while training runs.
     window_steps: steps per statistics window (the paper uses 10).
     gain_threshold: predicted relative gain needed before a reconfiguration (paper: 5%).
@@ -110,9 +111,10 @@ class Config:
         return cls(**values)
 
     def describe(self) -> str:
+        if not self.scheduling:
+            return "native (the framework's own path)"
         return (f"partition={format_bytes(self.partition_bytes)} "
-                f"credit={format_bytes(self.credit_bytes)} ({self.credit_multiple:.3g}x)"
-                + ("" if self.scheduling else " scheduling=off"))
+                f"credit={format_bytes(self.credit_bytes)} ({self.credit_multiple:.3g}x)")
 
 
 def known_env_vars() -> list[str]:

@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["MARK", "MODELS", "WindowMeter", "emit", "parse", "parse_sweep", "sweep_config",
-           "worker_args"]
+__all__ = ["MARK", "MODELS", "NATIVE", "WindowMeter", "emit", "parse", "parse_sweep",
+           "sweep_config", "worker_args"]
 
 MARK = "AUTOBYTE-PROGRESS "
 
@@ -38,7 +38,8 @@ def parse(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "kind" in record else None
 
 
-MODELS = ("cnn", "mlp", "deep")
+MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet")
+NATIVE = (0, 0)  # a sweep's (partition, credit) for native: the framework's own path
 
 
 class WindowMeter:
@@ -74,13 +75,17 @@ class WindowMeter:
 
 
 def parse_sweep(text: str) -> list[tuple[int, int]]:
-    """"64KiB:256KiB,1MiB:1MiB" -> [(65536, 262144), (1048576, 1048576)] (checked sizes)."""
+    """"64KiB:256KiB,1MiB:1MiB,native" -> [(65536, 262144), (1048576, 1048576), NATIVE]
+    (checked sizes)."""
     from common.config import Config
     from common.errors import ConfigError
     from common.units import parse_bytes
 
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
+        if item == "native":
+            out.append(NATIVE)
+            continue
         partition, sep, credit = item.partition(":")
         try:
             config = Config(partition_bytes=parse_bytes(partition, "sweep partition"),
@@ -105,14 +110,20 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch", type=int, default=32, help="per worker")
     parser.add_argument("--model", choices=MODELS, default="cnn",
-                        help="cnn (0.33 M parameters), mlp (3.2 M, communication-bound) or "
-                             "deep (1.2 M, more layers and compute)")
+                        help="cnn (0.33 M parameters), mlp (3.2 M, communication-bound), "
+                             "deep (1.2 M, more layers and compute), or a model the "
+                             "meta-network never saw: mobilenetv2 (BatchNorm-heavy, 2.2-2.3 M, "
+                             "150+ tensors) or densenet (DenseNet-121, 7-8 M, 360+ tensors)")
     parser.add_argument("--window", type=int, default=0,
                         help="steps per progress record (default: the job's window_steps)")
     parser.add_argument("--baseline", action="store_true",
                         help="the framework's own all-reduce / dist_sync, no AutoByte")
+    parser.add_argument("--local", action="store_true",
+                        help="no communication: every worker trains alone (compute alone, "
+                             "for the bound)")
     parser.add_argument("--sweep", default="", metavar="P:C,P:C,...",
-                        help="configurations to switch through, one every --sweep-steps steps "
+                        help="configurations ('native' for the framework's own path) to "
+                             "switch through, one every --sweep-steps steps "
                              "(a measured grid; use with AUTOBYTE_TUNER=none)")
     parser.add_argument("--sweep-steps", type=int, default=20)
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
-from common.progress import parse
+from common.progress import NATIVE, parse
 from common.units import format_bytes
 
 __all__ = ["JobRun", "JobSpec", "Window", "knobs_label", "run_jobs"]
@@ -28,6 +28,8 @@ WORKERS = 2
 
 
 def knobs_label(partition: int, credit: int) -> str:
+    if (partition, credit) == NATIVE:
+        return "native"
     return f"{format_bytes(partition)}:{format_bytes(credit)}"
 
 
@@ -45,6 +47,7 @@ class JobSpec:
     tuner: str = "none"
     start: tuple[int, int] = (1 << 20, 4 << 20)
     baseline: bool = False
+    local: bool = False  # compute alone: every worker trains on its own
     sweep: tuple[tuple[int, int], ...] = ()
     sweep_steps: int = 20
     join_at: int | None = None  # start when the first job reaches this step
@@ -65,8 +68,11 @@ class JobSpec:
                "--model", self.model, "--window", str(self.window)]
         if self.baseline:
             cmd.append("--baseline")
+        if self.local:
+            cmd.append("--local")
         if self.sweep:
-            cmd += ["--sweep", ",".join(f"{p}:{c}" for p, c in self.sweep),
+            cmd += ["--sweep", ",".join("native" if (p, c) == NATIVE else f"{p}:{c}"
+                                    for p, c in self.sweep),
                     "--sweep-steps", str(self.sweep_steps)]
         return cmd
 
@@ -98,6 +104,7 @@ class JobRun:
     windows: list[Window]
     elapsed_s: float
     log: Path | None
+    gradient_bytes: int = 0  # the model's trainable bytes (one worker's gradients)
 
     def mean_speed(self, first: int = 0, last: int = 1 << 30) -> float:
         """Samples/s over the windows in [first, last] (time-weighted: total samples over
@@ -131,9 +138,12 @@ class _Watch:
         self.spec, self.on_step, self.echo = spec, on_step, echo
         self.windows: list[Window] = []
         self.last_step = 0
+        self.gradient_bytes = 0
 
     def write(self, text: str) -> int:
         record = parse(text)
+        if record is not None and record.get("kind") == "start":
+            self.gradient_bytes = int(record.get("gradient_bytes") or 0)
         if record is None or record.get("kind") != "progress":
             return len(text)
         try:
@@ -169,7 +179,10 @@ def _save_windows(path: Path, windows: list[Window]) -> None:
 
 
 def _short(describe: str) -> str:
-    """"partition=64KiB credit=256KiB (4x) ..." -> "64KiB:256KiB"; baselines unchanged."""
+    """"partition=64KiB credit=256KiB (4x) ..." -> "64KiB:256KiB", AutoByte's native ->
+    "native"; baselines unchanged."""
+    if describe.startswith("native"):
+        return "native"
     if not describe.startswith("partition="):
         return describe
     fields = dict(item.split("=", 1) for item in describe.split() if "=" in item)
@@ -236,7 +249,7 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
                 return
             logs = sorted(log_dir.glob("decisions-*.jsonl"))
             results[i] = JobRun(spec, watch.windows, time.monotonic() - began,
-                                logs[-1] if logs else None)
+                                logs[-1] if logs else None, watch.gradient_bytes)
             _save_windows(log_dir / "windows.csv", watch.windows)
 
         threads = [threading.Thread(target=run, args=(i,), name=f"bench-{s.name}")

@@ -16,7 +16,9 @@ is assumed to run at least as long again as it has run), so a switch whose gain 
 its cost is not made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
-``scheduling`` off) is measured early in a job, and again after conditions change (an
+``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
+``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes
+seconds: the first window's warm-up tells how many), and again after conditions change (an
 adaptation clears the measurements); a configuration measured slower than native beyond
 ``noise_band`` is never switched to, and one the job is on goes back to native after
 ``guard_windows`` such windows. A configuration the guard left stays barred for
@@ -67,7 +69,7 @@ class TuningLoop:
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
                  lead_s: float = 0.3, session: str = "", history: int = 5,
                  guard: bool = True, noise_band: float = 0.03, guard_windows: int = 2,
-                 veto_windows: int = 30) -> None:
+                 veto_windows: int = 30, guard_budget: float = 0.05) -> None:
         self.current = config
         self.tuner = tuner
         self.trigger = trigger
@@ -96,6 +98,8 @@ class TuningLoop:
         self.noise_band = noise_band
         self.guard_windows = guard_windows
         self.veto_windows = veto_windows
+        self.guard_budget = guard_budget
+        self._first_cost: float | None = None  # the first window's warm-up (a first trace)
         self._configs: dict[_Knobs, Config] = {}
         self._slow_windows = 0
         self._windows = 0
@@ -119,6 +123,8 @@ class TuningLoop:
             return None
         self._recent.append(obs)
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
+        if self._first_cost is None:
+            self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
         self._call("observe", obs.config, obs.speed)
         self._call("observe_window", obs)
         if self.pending is not None:
@@ -200,8 +206,11 @@ class TuningLoop:
         if not self.current.scheduling:
             self._slow_windows = 0
         elif native is None:
-            return Verdict("explore", self.native, "guard: measure the framework's own path "
-                           "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
+            cost = self.switch_cost_s or self._first_cost or 0.0
+            if cost <= self.guard_budget * self.trained_s:
+                return Verdict("explore", self.native, "guard: measure the framework's own "
+                               "path (native) for one window", verdict.gain, verdict.error,
+                               verdict.adapt)
         if verdict.action != "stay" and verdict.config.scheduling:
             why = self._barred(verdict.config, native)
             if why:

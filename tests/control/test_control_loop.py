@@ -255,3 +255,14 @@ def test_no_guard_for_a_fixed_configuration() -> None:
     loop = TuningLoop(config=A, tuner=None, trigger=ThresholdTrigger())
     assert not loop.guard
     assert _run(loop, 5, {**SPEED, NATIVE: 1000.0}) == []
+
+
+def test_guard_waits_to_measure_native_until_the_switch_is_cheap_for_the_job() -> None:
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 30), trigger=ThresholdTrigger())
+    # the first window traced for 10 s (a large model); windows of 10 steps take 1 s
+    first = loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0))
+    assert first is None  # 10 s is far more than 5% of the 11 s trained
+    decisions = [loop.on_observation(observation(A, 100.0, 10 * w)) for w in range(1, 200)]
+    guarded = next(i for i, d in enumerate(decisions, 1) if d is not None)
+    assert not decisions[guarded - 1].config.scheduling  # native, once it is cheap enough
+    assert 180 <= guarded <= 195  # 200 s trained: 10 s of it is 5%

@@ -66,7 +66,6 @@ def test_weights_match_plain_mwms(workers: int, shaped: bool, tmp_path: Path) ->
         assert changed["retraces"] >= 2  # first trace, then the switch
         back = r["stats"]["fused 16KiBx2 -> native -> back"]
         assert back["config"].startswith("partition=16KiB credit=32KiB")
-        assert back["config"].find("scheduling=off") < 0
         for scenario, stats in r["stats"].items():
             assert stats["steps"] == 12, scenario
             assert stats["measured_plan"], scenario  # rank 0's layer times replaced the default

@@ -70,4 +70,6 @@ def test_dict_round_trip_and_replace_validates() -> None:
     assert Config.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError):
         config.replace(credit_bytes="1MiB")
-    assert "2MiB" in config.describe() and "4x" in config.describe()
+    assert config.describe() == "native (the framework's own path)"
+    scheduled = config.replace(scheduling=True).describe()
+    assert "2MiB" in scheduled and "4x" in scheduled
