@@ -1,13 +1,13 @@
 """``autobyte meta generate|train|eval``: the meta-network's dataset, training and evaluation.
 
-    autobyte meta generate --samples 4800 --seed 0 --out datasets/sim_train_v1.npz
-    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v1.npz
-    autobyte meta train --data datasets/sim_train_v1.npz --out common/meta/pretrained.keras
-    autobyte meta eval --data datasets/sim_holdout_v1.npz
+    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v2.npz
+    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v2.npz
+    autobyte meta train --data datasets/sim_train_v2.npz --out common/meta/pretrained.keras
+    autobyte meta eval --data datasets/sim_holdout_v2.npz
     autobyte meta collect --run --out runs/testbed.npz        # real runs (root: shaped links)
     autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
-    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v1.npz \
-        --data datasets/testbed_v2.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
+    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v2.npz \
+        --data runs/testbed.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
 
 ``--holdout`` draws only what training never sees (DenseNet-121, random layer profiles from
 another stream, 2-5 Gbit/s links); ``--grid`` runs every candidate of the tuner's search space
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
 
     tr = sub.add_parser("train", help="train a network on one or more datasets")
     tr.add_argument("--data", action="append", help="dataset .npz (repeatable; default "
-                    "datasets/sim_train_v1.npz)")
+                    "datasets/sim_train_v2.npz)")
     tr.add_argument("--out", default="meta.keras", help="model file to write (.keras)")
     tr.add_argument("--epochs", type=int, default=60)
     tr.add_argument("--seed", type=int, default=0)
@@ -103,7 +103,7 @@ def register(subparsers: Any) -> None:
 
     ev = sub.add_parser("eval", help="held-out quality and inference time of a model")
     ev.add_argument("--model", help="model file (default: the pretrained model)")
-    ev.add_argument("--data", default="datasets/sim_holdout_v1.npz", help="dataset .npz")
+    ev.add_argument("--data", default="datasets/sim_holdout_v2.npz", help="dataset .npz")
     ev.add_argument("--runs", action="append", metavar="PATTERN",
                     help="only the testbed runs matching (shell pattern on job_run; repeatable)")
     ev.add_argument("--online", nargs="?", const="ridge", metavar="METHODS",
@@ -215,7 +215,7 @@ def _load_sets(paths: list[str]) -> Any:
 def _train(args: argparse.Namespace) -> int:
     from common.meta import MetaModel, fine_tune, train
 
-    data = _load_sets(args.data or ["datasets/sim_train_v1.npz"])
+    data = _load_sets(args.data or ["datasets/sim_train_v2.npz"])
     held = None
     if args.head_only and not args.init:
         raise ConfigError("--head-only fine-tunes an existing model: give --init MODEL too")

@@ -54,7 +54,7 @@ __all__ = [
     "target_from_speed",
 ]
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: candidates count the plan's fused blocks; native as NATIVE_BYTES
 SEQ_LEN = 64
 SEQ_FEATURES = 8
 KNOWN_MODELS: tuple[str, ...] = ("resnet50", "vgg16", "alexnet", "densenet121")

@@ -339,13 +339,9 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
     The encoder runs once (its output feeds the head and stays fixed), then in NumPy:
 
     - ``method="ridge"`` (default): the head's output layer is refitted in closed form by
-      ridge regression toward its trained weights (``ridge``: the pull toward them). On the
-      held-out real testbed runs, adapting on each run's past windows before predicting its
-      next one, this cut the MAPE of the model of commit 0838e76 from 11.2% to 9.5% and
-      kept the pick at 96.0% of the best
-      (96.1% without adapting), where training all three dense layers ("adam") gave 11.4%
-      and 91.4%: a few windows of one job over-fit a whole head (`autobyte meta eval --data
-      datasets/testbed_v2.npz --runs '*-300mbit/*' --online ridge,adam`).
+      ridge regression toward its trained weights (``ridge``: the pull toward them): a few
+      windows of one job over-fit a whole head, but not one layer pulled toward the trained
+      one (`autobyte meta eval --data RUNS.npz --online ridge,adam` compares them).
     - ``method="adam"``: the head's three dense layers train with Adam (``epochs``,
       ``learning_rate``); for many observations of a shifted environment.
 

@@ -222,7 +222,7 @@ def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
 
     shipped = MetaModel.load()
     assert shipped.info["jobs"] >= 100 and "densenet121" not in shipped.vocabulary
-    holdout = Dataset.load(Path(__file__).parents[2] / "datasets" / "sim_holdout_v1.npz")
+    holdout = Dataset.load(Path(__file__).parents[2] / "datasets" / "sim_holdout_v2.npz")
     parts, credits = grid()
     speeds = shipped.predict(holdout.job(0), parts, credits)
     assert speeds.shape == (len(parts),) and np.all(np.isfinite(speeds) & (speeds > 0))
@@ -275,15 +275,22 @@ def test_ridge_adaptation_refits_only_the_output_layer(model: MetaModel, data: D
         adapt(model, samples, ridge=0)
 
 
-def test_online_replay_of_real_runs_scores_each_next_window() -> None:
-    """``autobyte meta eval --online`` on the first 3 windows of a shipped testbed run:
-    without adapting, window 2 is scored with window 1's statistics by the model as it is;
-    adapting (on windows 0-1) changes the model, not the protocol."""
-    from common.meta import evaluate_online
+def test_online_replay_of_real_runs_scores_each_next_window(data: Dataset) -> None:
+    """``autobyte meta eval --online`` on the first 3 windows of a testbed run (here made of a
+    simulated job's configurations): without adapting, window 2 is scored with window 1's
+    statistics by the model as it is; adapting (on windows 0-1) changes the model, not the
+    protocol."""
+    import dataclasses
 
-    path = Path(__file__).parents[2] / "datasets" / "testbed_v2.npz"
-    run = Dataset.load(path).select_runs("mxnet-mlp-300mbit/*")
-    run = run.select_jobs(np.arange(run.num_jobs) < 3)
+    from common.meta import Sample, evaluate_online
+
+    job = data.job(0)
+    rows = np.flatnonzero(data["sample_job"] == 0)[:3]
+    windows = [dataclasses.replace(job, bandwidth_up_bps=job.bandwidth_up_bps * (1 + i / 50))
+               for i in range(len(rows))]
+    samples = [Sample(w, int(data["partition_bytes"][r]), int(data["credit_bytes"][r]),
+                      float(data["speed"][r]) * 0.8) for w, r in zip(windows, rows, strict=True)]
+    run = Dataset.from_samples(samples, source="testbed", runs=["run0/decisions-x"] * 3)
     assert run.num_jobs == 3
     shipped = MetaModel.load()
     plain = evaluate_online(shipped, run, method=None)

@@ -117,8 +117,11 @@ def test_dataset_keeps_runs_and_pairs_windows_as_deployed(tmp_path: Path) -> Non
     np.testing.assert_allclose(deployed["speed"] * deployed["iteration_s"], 64.0)
 
 
-def test_files_written_before_job_run_still_load() -> None:
-    data = Dataset.load("datasets/sim_holdout_v1.npz")
+def test_files_written_before_job_run_still_load(tmp_path: Path) -> None:
+    with np.load("datasets/sim_holdout_v2.npz", allow_pickle=False) as f:
+        columns = {k: f[k] for k in f.files if k != "job_run"}
+    np.savez_compressed(tmp_path / "old.npz", **columns)  # as files before job_run
+    data = Dataset.load(tmp_path / "old.npz")
     assert data.runs() == [] and set(data["job_run"].tolist()) == {""}
     assert data.as_deployed().num_jobs == data.num_jobs
 
