@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--compute-scale", type=float, default=1.0,
                         help="multiply compute times (2 = a device twice as slow)")
     parser.add_argument("--overhead", default=f"{DEFAULT_OVERHEAD_S * 1e6:g}us",
-                        help="fixed cost per chunk (default %(default)s)")
+                        help="fixed cost per block (default %(default)s)")
     parser.add_argument("--latency", default=f"{DEFAULT_LATENCY_S * 1e6:g}us",
                         help="latency per message or ring hop (default %(default)s)")
     parser.add_argument("--steps", type=int, default=1,
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         cluster += f" with {options['servers']} server(s)"
     link = (f"schedule {args.bandwidth_schedule} (repeating)" if args.bandwidth_schedule
             else format_rate(parse_rate(args.bandwidth, "--bandwidth")))
-    print(f"cluster: {cluster}, links {link}, overhead {args.overhead}/chunk, "
+    print(f"cluster: {cluster}, links {link}, overhead {args.overhead}/block, "
           f"latency {args.latency}")
     if args.grid:
         return _grid(args, profile, options)
@@ -131,7 +131,7 @@ def _single(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> 
 
     config = _config(args)
     result = simulate(profile, config, **options)
-    chunks = len(result.trace) / len(result.step_s)
+    blocks = len(result.trace) / len(result.step_s)
     print(f"config: {config.describe()}")
     print(f"iteration {result.iteration_s * 1e3:.1f} ms   speed {result.speed:.1f} samples/s   "
           f"lower bound {result.lower_bound_s * 1e3:.1f} ms "
@@ -139,11 +139,11 @@ def _single(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> 
     if args.bandwidth_schedule:
         print("(with a schedule the bound uses its mean rate: a long-run bound, which a few "
               "steps that fall in fast phases can beat)")
-    line = f"chunks per iteration: {chunks:g}"
+    line = f"blocks per iteration: {blocks:g}"
     if config.scheduling:
-        fifo = simulate(profile, config.replace(scheduling=False), **options)
-        line += (f"   unscheduled baseline {fifo.iteration_s * 1e3:.1f} ms "
-                 f"(speedup {fifo.iteration_s / result.iteration_s:.2f}x)")
+        native = simulate(profile, config.replace(scheduling=False), **options)
+        line += (f"   native {native.iteration_s * 1e3:.1f} ms "
+                 f"(speedup {native.iteration_s / result.iteration_s:.2f}x)")
     print(line)
     return 0
 
@@ -180,6 +180,8 @@ def _grid(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> in
         cells = "".join(f"{f'{speeds[p, m]:.1f}' + ('*' if (p, m) == best else ' '):>{width}}"
                         for m in space.credit_multiples)
         print(f"{format_bytes(p):>10} {cells}")
+    native = simulate(profile, space.native_config(base), **{**options, "trace": False})
+    print(f"{'native':>10} {native.speed:>{width}.1f}   (the framework's own path)")
     winner = simulate(profile, space.config(*best, base), **options)
     print(f"best: partition={format_bytes(best[0])} credit={best[1]}x "
           f"({format_bytes(best[0] * best[1])}): iteration {winner.iteration_s * 1e3:.1f} ms, "

@@ -20,7 +20,7 @@ def test_single_run_prints_iteration_speed_and_bound(capsys: pytest.CaptureFixtu
     assert f"iteration {expected.iteration_s * 1e3:.1f} ms" in out
     assert f"speed {expected.speed:.1f} samples/s" in out
     assert f"lower bound {expected.lower_bound_s * 1e3:.1f} ms" in out
-    assert "8 server(s)" in out and "unscheduled baseline" in out
+    assert "8 server(s)" in out and "native" in out
 
 
 def test_credit_as_a_multiple_and_a_schedule(capsys: pytest.CaptureFixture[str]) -> None:
