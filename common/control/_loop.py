@@ -11,7 +11,7 @@ While a decision is pending (its step not yet reached), windows are observed but
 The loop also measures what switching costs this job: the first window on a new configuration
 carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
 excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
-recent costs and, as the expected remaining time, the time the job has trained so far (a job
+recent costs (before the first switch, the first window's warm-up: the job's first trace) and, as the expected remaining time, the time the job has trained so far (a job
 is assumed to run at least as long again as it has run), so a switch whose gain cannot pay for
 its cost is not made.
 
@@ -186,8 +186,11 @@ class TuningLoop:
 
     @property
     def switch_cost_s(self) -> float:
-        """Mean cost of this job's recent switches in seconds, 0 before the first is measured."""
-        return statistics.fmean(self._switch_costs) if self._switch_costs else 0.0
+        """Mean cost of this job's recent switches in seconds; before the first is measured,
+        the first window's warm-up (the job's first trace, or buffers), 0 before any window."""
+        if self._switch_costs:
+            return statistics.fmean(self._switch_costs)
+        return self._first_cost or 0.0
 
     def measured(self, config: Config) -> float | None:
         """Mean observed speed of ``config`` in this job (recent windows), None if never run."""
@@ -206,8 +209,7 @@ class TuningLoop:
         if not self.current.scheduling:
             self._slow_windows = 0
         elif native is None:
-            cost = self.switch_cost_s or self._first_cost or 0.0
-            if cost <= self.guard_budget * self.trained_s:
+            if self.switch_cost_s <= self.guard_budget * self.trained_s:
                 return Verdict("explore", self.native, "guard: measure the framework's own "
                                "path (native) for one window", verdict.gain, verdict.error,
                                verdict.adapt)
