@@ -11,9 +11,10 @@ While a decision is pending (its step not yet reached), windows are observed but
 The loop also measures what switching costs this job: the first window on a new configuration
 carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
 excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
-recent costs (before the first switch, the first window's warm-up: the job's first trace) and, as the expected remaining time, the time the job has trained so far (a job
-is assumed to run at least as long again as it has run), so a switch whose gain cannot pay for
-its cost is not made.
+recent costs (before the first switch, the first window's warm-up: the job's first trace) and,
+as the expected remaining time, the time the job has trained so far (a job is assumed to run
+at least as long again as it has run), so a switch whose gain cannot pay for its cost is not
+made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
