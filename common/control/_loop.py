@@ -209,11 +209,9 @@ class TuningLoop:
         native = self.measured(self.native)
         if not self.current.scheduling:
             self._slow_windows = 0
-        elif native is None:
-            if self.switch_cost_s <= self.guard_budget * self.trained_s:
-                return Verdict("explore", self.native, "guard: measure the framework's own "
-                               "path (native) for one window", verdict.gain, verdict.error,
-                               verdict.adapt)
+        elif native is None and self.switch_cost_s <= self.guard_budget * self.trained_s:
+            return Verdict("explore", self.native, "guard: measure the framework's own path "
+                           "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
         if verdict.action != "stay" and verdict.config.scheduling:
             why = self._barred(verdict.config, native)
             if why:
