@@ -29,20 +29,20 @@ CLASSES = 10
 
 
 def input_shape(name: str) -> tuple[int, int, int]:
-    return APP_INPUT if name in ("mobilenetv2", "densenet") else INPUT
+    return APP_INPUT if name in ("mobilenetv2", "densenet", "resnet") else INPUT
 
 
 def build_model(name: str = "cnn") -> Any:
     """cnn: about 0.33 M parameters (1.3 MB of gradients), communication-bound below ~1 Gbit/s;
     mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute.
-    mobilenetv2 (2.3 M, 158 tensors) and densenet (DenseNet-121, 7.0 M, 364 tensors) are
-    keras.applications models, BatchNorm-heavy, that the meta-network never trained on."""
-    if name == "mobilenetv2":
-        return keras.applications.MobileNetV2(weights=None, input_shape=APP_INPUT,
-                                              classes=CLASSES, classifier_activation=None)
-    if name == "densenet":
-        return keras.applications.DenseNet121(weights=None, input_shape=APP_INPUT,
-                                              classes=CLASSES, classifier_activation=None)
+    mobilenetv2 (2.3 M, 158 tensors), densenet (DenseNet-121, 7.0 M, 364 tensors) and resnet
+    (ResNet-50, 23.6 M, 161 tensors) are keras.applications models, BatchNorm-heavy, that the
+    meta-network never trained on."""
+    apps = {"mobilenetv2": keras.applications.MobileNetV2,
+            "densenet": keras.applications.DenseNet121, "resnet": keras.applications.ResNet50}
+    if name in apps:
+        return apps[name](weights=None, input_shape=APP_INPUT, classes=CLASSES,
+                          classifier_activation=None)
     layers = keras.layers
     body = {
         "cnn": [layers.Conv2D(16, 3, activation="relu"), layers.MaxPooling2D(),

@@ -38,7 +38,7 @@ def parse(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "kind" in record else None
 
 
-MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet")
+MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet", "resnet")
 NATIVE = (0, 0)  # a sweep's (partition, credit) for native: the framework's own path
 
 
@@ -112,8 +112,10 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
     parser.add_argument("--model", choices=MODELS, default="cnn",
                         help="cnn (0.33 M parameters), mlp (3.2 M, communication-bound), "
                              "deep (1.2 M, more layers and compute), or a model the "
-                             "meta-network never saw: mobilenetv2 (BatchNorm-heavy, 2.2-2.3 M, "
-                             "150+ tensors) or densenet (DenseNet-121, 7-8 M, 360+ tensors)")
+                             "meta-network never saw, all BatchNorm-heavy with 100+ tensors: "
+                             "mobilenetv2 (2.2-2.3 M parameters), densenet (TensorFlow: "
+                             "DenseNet-121, 7.0 M) or resnet (TensorFlow: ResNet-50, 23.6 M; "
+                             "MXNet: ResNet-34, 21.3 M)")
     parser.add_argument("--window", type=int, default=0,
                         help="steps per progress record (default: the job's window_steps)")
     parser.add_argument("--baseline", action="store_true",
