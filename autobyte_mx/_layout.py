@@ -1,37 +1,43 @@
-"""AutoByte's own buffers and native sub-keys for every tensor, one layout per partition size.
+"""AutoByte's own buffers and native keys: one of each per block of ``common.plan``'s layout.
 
-The native kvstore keeps CPU arrays given to ``init`` by reference and writes into them later,
-and slices of one NDArray share one engine variable (so they serialise). Each chunk therefore
-gets its own buffer and its own native key. Key numbers are handed out in the same order on
-every worker (tensors in registration order, layouts in the order they are adopted), so the
-layouts agree without any exchange. Key 0 is the control key.
+A ``Group`` is a set of tensors laid out together under one layout id (a partition size, or
+``WHOLE`` for native one-key-per-tensor): ``common.plan.make_layout`` cuts their stream into
+blocks, and each block gets one 1-D NDArray and one native key. Every member tensor's segments
+map to slices of those NDArrays (``Slot``); copies into slices of one NDArray serialise on its
+engine variable, which is cheap next to a network round. The native kvstore keeps CPU arrays
+given to ``init`` by reference and writes into them later, so user arrays never become keys.
+
+Key numbers are handed out in the order groups are created, which is the same program point
+on every worker (a tensor's init, a step boundary, a key's first push in a layout), so the
+workers' keys agree without any exchange. Key 0 is the control key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.scheduler import split_sizes
+import numpy
 
-__all__ = ["CONTROL_KEY", "WHOLE", "Piece", "Tensor"]
+from common.config import Config
+from common.plan import Block, Layout, Segment, TensorSpec, make_layout
+
+__all__ = ["CONTROL_KEY", "WHOLE", "Buffer", "Group", "Groups", "Slot", "Tensor", "block_name",
+           "layout_id"]
 
 CONTROL_KEY = 0
-WHOLE = 0  # layout id of "one piece per tensor" (scheduling off)
-
-
-@dataclass(slots=True)
-class Piece:
-    sub_key: int
-    start: int  # element offsets into the flattened tensor
-    stop: int
-    buffer: Any  # mx.nd.NDArray, 1-D, owned by AutoByte
+WHOLE = 0  # layout id of "each tensor whole, one key each" (scheduling off)
 
 
 @dataclass(slots=True, eq=False)
 class Tensor:
-    """A user key: its shape, dtype and forward-order layer, and its pieces per layout."""
+    """A user key: its shape, dtype and forward-order layer.
+
+    ``home`` is where the sum it last received lives: a ``Group`` (its slots there) or an
+    NDArray (scheduling off wrote it straight into the caller's output). A ``pull`` reads it
+    there, so a pull before the next push sees the sum whatever layouts came in between.
+    """
 
     key: Hashable
     name: str
@@ -39,8 +45,8 @@ class Tensor:
     dtype: Any
     itemsize: int
     layer: int
-    layouts: dict[int, list[Piece]] = field(default_factory=dict)
-    views: dict[int, tuple[Any, list[Any]]] = field(default_factory=dict)
+    home: Any = None
+    views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -53,23 +59,139 @@ class Tensor:
     def nbytes(self) -> int:
         return self.size * self.itemsize
 
-    def spans(self, layout: int) -> list[tuple[int, int]]:
-        """Element ranges of the pieces under ``layout`` (a partition size, or WHOLE)."""
-        if layout == WHOLE:
-            return [(0, self.size)]
-        spans, start = [], 0
-        for size in split_sizes(self.nbytes, layout, self.itemsize):
-            stop = start + size // self.itemsize
-            spans.append((start, stop))
-            start = stop
-        return spans
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.name, self.nbytes, self.itemsize, numpy.dtype(self.dtype).name)
 
-    def slices(self, array: Any, layout: int) -> list[Any]:
-        """Flat views of ``array`` for the pieces, cached per array object (slicing costs)."""
-        cached = self.views.get(layout)
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """One block's native key and AutoByte-owned NDArray."""
+
+    key: int
+    block: Block
+    array: Any
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One segment of a member tensor: ``view`` is its slice of the block's buffer."""
+
+    block: int
+    segment: Segment
+    view: Any
+
+
+def layout_id(config: Config) -> int:
+    """The id of the layout ``config`` asks for: its partition size, or WHOLE when off."""
+    return config.partition_bytes if config.scheduling else WHOLE
+
+
+def block_name(names: Sequence[str], block: Block) -> str:
+    """Readable: the first member's name, and ``+N`` for N more members fused with it."""
+    members = block.tensors
+    extra = f"+{len(members) - 1}" if len(members) > 1 else ""
+    return names[members[0]] + extra
+
+
+class Group:
+    """``tensors`` (forward order) under layout ``layout_id``; see the module docstring.
+
+    ``zeros(size, dtype)`` makes a buffer; ``first_key`` is the first native key to use (the
+    group takes ``len(buffers)`` consecutive keys).
+    """
+
+    def __init__(self, *, gid: int, tensors: Sequence[Tensor], config: Config, first_key: int,
+                 zeros: Callable[[int, Any], Any]) -> None:
+        self.gid = gid
+        self.layout_id = layout_id(config)
+        self.tensors = tuple(tensors)
+        self.layout: Layout = make_layout([t.spec() for t in self.tensors], config, arch="ps")
+        self.index = {t.key: i for i, t in enumerate(self.tensors)}
+        names = [t.name for t in self.tensors]
+        self.buffers: list[Buffer] = []
+        for offset, block in enumerate(self.layout.blocks):
+            dtype = self.tensors[block.segments[0].tensor].dtype
+            size = sum(s.size for s in block.segments)
+            self.buffers.append(Buffer(first_key + offset, block, zeros(size, dtype),
+                                       block_name(names, block)))
+        self.slots: list[list[Slot]] = [[] for _ in self.tensors]
+        self.members: list[tuple[int, ...]] = []
+        for block, buffer in zip(self.layout.blocks, self.buffers, strict=True):
+            at = 0
+            for seg in block.segments:
+                whole_buffer = at == 0 and seg.size == buffer.array.shape[0]
+                view = buffer.array if whole_buffer else buffer.array[at:at + seg.size]
+                self.slots[seg.tensor].append(Slot(block.index, seg, view))
+                at += seg.size
+            self.members.append(block.tensors)
+        self.blocks_of: list[tuple[int, ...]] = [tuple(s.block for s in slots)
+                                                 for slots in self.slots]
+
+    @property
+    def keys(self) -> list[int]:
+        return [b.key for b in self.buffers]
+
+    @property
+    def arrays(self) -> list[Any]:
+        return [b.array for b in self.buffers]
+
+    @property
+    def names(self) -> list[str]:
+        return [b.name for b in self.buffers]
+
+    def _views(self, member: int, array: Any, role: int) -> list[Any]:
+        """Flat views of ``array`` for the member's slots, cached per array object (one for
+        inputs, ``role`` 0, one for outputs, 1: slicing costs more than the copy's push)."""
+        tensor = self.tensors[member]
+        cached = tensor.views.get((self.gid, role))
         if cached is None or cached[0] is not array:
             flat = array.reshape((-1,))
-            pieces = self.layouts[layout]
-            views = [flat] if len(pieces) == 1 else [flat[p.start:p.stop] for p in pieces]
-            cached = self.views[layout] = (array, views)
+            slots = self.slots[member]
+            whole = len(slots) == 1 and slots[0].segment.size == tensor.size
+            views = [flat] if whole else [flat[s.segment.start:s.segment.stop] for s in slots]
+            cached = tensor.views[self.gid, role] = (array, views)
         return cached[1]
+
+    def copy_in(self, member: int, value: Any) -> None:
+        """Queue the copies of ``value`` (the member's gradient) into its slots."""
+        for view, slot in zip(self._views(member, value, 0), self.slots[member], strict=True):
+            view.copyto(slot.view)
+
+    def copy_out(self, member: int, target: Any, concat: Callable[..., Any]) -> None:
+        """Queue the copy of the member's slots into ``target`` (one op: ``concat`` for
+        several slots)."""
+        slots = self.slots[member]
+        if len(slots) == 1:
+            slots[0].view.copyto(self._views(member, target, 1)[0])
+        else:
+            concat(*[s.view for s in slots], dim=0, out=target.reshape((-1,)))
+
+
+class Groups:
+    """Every group made so far, by layout id and member keys, and the next free native key.
+
+    ``zeros(size, dtype)`` makes a buffer. A group made once is kept: switching back to a
+    layout costs nothing.
+    """
+
+    def __init__(self, *, zeros: Callable[[int, Any], Any]) -> None:
+        self._zeros = zeros
+        self._groups: dict[tuple[int, tuple[Hashable, ...]], Group] = {}
+        self._next_key = CONTROL_KEY + 1
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def get(self, config: Config, tensors: Sequence[Tensor]) -> tuple[Group, bool]:
+        """The group of ``tensors`` (forward order) under ``config``'s layout, and whether it
+        is new (its keys still need the native ``init``, at the same point on every worker)."""
+        index = (layout_id(config), tuple(t.key for t in tensors))
+        group = self._groups.get(index)
+        if group is not None:
+            return group, False
+        group = Group(gid=len(self._groups), tensors=tensors, config=config,
+                      first_key=self._next_key, zeros=self._zeros)
+        self._next_key += len(group.buffers)
+        self._groups[index] = group
+        return group, True

@@ -1,11 +1,11 @@
 """How many bytes the network can carry while backward still runs: the plan's head size.
 
-The shared plan (``_plan``) sends a head of tensors in backward order and the rest in forward
-order. The head should hold what the links can carry before the last gradient is ready;
-more and the front layers wait behind it, less and the network idles until backward ends.
-Rank 0 measures link throughput while chunks are in flight (busy time, so idle gaps do not
-lower the estimate) and the gradient-ready spread, and sends the product to every worker on
-the control key, so all plan with the same number.
+The shared issue order (``common.plan.issue_order``) sends a head of blocks in backward order
+and the rest in forward order. The head should hold what the links can carry before the last
+gradient is ready; more and the front layers wait behind it, less and the network idles until
+backward ends. Rank 0 measures link throughput while blocks are in flight (busy time, so idle
+gaps do not lower the estimate) and the gradient-ready spread, and sends the product to every
+worker on the control key, so all plan with the same number.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["Pace"]
 
 
 class Pace:
-    """Busy-time throughput of this worker's chunks (thread-safe, called per chunk)."""
+    """Busy-time throughput of this worker's blocks (thread-safe, called per block)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter,
                  smoothing: float = 0.5) -> None:

@@ -1,189 +1,171 @@
-"""Hands a step's tensors to the shared Scheduler in the planned order, as they become ready.
+"""Hands a step's blocks to ``common.plan.Scheduler`` in one order that every worker shares.
 
-A step's pushpull calls form a *group*. Groups close only at points of the program, which
-every worker reaches in the same order: when every expected key (the Trainer's keys, else the
-previous step's) has been issued, when a key is issued twice or a key outside the expected set
-comes (it gets a group of its own), and at the next step. A timer (``idle_s`` without a call)
-closes groups only while no expected set is known (the first step of plain kvstore use), since
-a timer can cut two workers' groups at different keys. Once closed, its tensors get their
-place in the plan (``_plan.plan_order``) and each is passed to ``Scheduler.ready`` only when
-it is ready *and* every tensor before it has been passed. The scheduler's priority key then
-equals the plan position, so every worker admits chunks in the same sequence (see ``_plan``).
+Why a shared order: under ``dist_sync`` a push completes only when *every* worker has pushed
+that key, and a block holds credit until it completes. If two workers admitted different
+blocks (their gradients became ready at slightly different moments), each would hold credit
+for a block the other has not sent: a deadlock. Admitting in one shared sequence is
+deadlock-free: the earliest unfinished block is either in flight everywhere or next in line on
+a worker whose earlier blocks have all finished.
 
-Gates fire on MXNet engine threads; issue and close run on the training thread. The lock
-keeps ``Scheduler.ready`` calls in plan order even when gates fire on several threads.
+A ``Round`` is one group's blocks in one step. A block *closes* (the kvstore pushes its gate,
+its native pushpull and its completion) once every member tensor has been issued, or when the
+round is flushed (a pull of a member, the next step, close). Rounds are created and flushed at
+program points every worker reaches in the same order. A block's gate fires on an engine
+thread once its data is in its buffer; blocks are passed to ``Scheduler.ready`` in round order
+and, within a round, in ``common.plan.issue_order``, each only when its gate has fired and
+every block before it has been passed.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from common.errors import SchedulerError
-from common.scheduler import Chunk, Scheduler, Task
+from common.plan import Scheduler, Send
 
-__all__ = ["GROUP_STRIDE", "Entry", "Sequencer"]
+__all__ = ["ROUND_STRIDE", "Round", "Sequencer"]
 
-GROUP_STRIDE = 1_000_000  # Task.layer = group index in the step * stride + plan position
+ROUND_STRIDE = 1_000_000  # Send.priority = round index in the step * stride + position
 
 
-@dataclass(slots=True, eq=False)
-class Entry:
-    """One tensor's communication in one step."""
+class Round:
+    """One group's blocks in one step (see the module docstring). ``group`` is the adapter's
+    (``_layout.Group``: ``layout``, ``members``, ``blocks_of``)."""
 
-    key: Hashable
-    name: str
-    layer: int
-    nbytes: int
-    itemsize: int
-    pieces: int
-    completions: list[Callable[[], None] | None] = field(default_factory=list)
-    fired: int = 0
-    t_ready: float | None = None
-    chunks: list[Chunk] = field(default_factory=list)
+    __slots__ = ("closed", "gates", "group", "issued", "left", "order", "position", "sends",
+                 "step", "t_gate", "targets")
+
+    def __init__(self, group: Any, step: int, index: int, order: Sequence[int]) -> None:
+        blocks = group.layout.blocks
+        if sorted(order) != list(range(len(blocks))):
+            raise ValueError(f"order must be a permutation of the {len(blocks)} blocks, "
+                             f"got order={list(order)}")
+        self.group = group
+        self.step = step
+        self.order = list(order)
+        self.position = [0] * len(blocks)
+        for position, block in enumerate(self.order):
+            self.position[block] = position
+        self.sends = [Send(b, step, priority=index * ROUND_STRIDE + self.position[b.index],
+                           tag=self) for b in blocks]
+        self.left = [len(m) for m in group.members]
+        self.closed = [False] * len(blocks)
+        self.issued: set[int] = set()
+        self.targets: dict[int, list[Any]] = {}
+        self.gates: list[Callable[[], None] | None] = [None] * len(blocks)
+        self.t_gate: list[float | None] = [None] * len(blocks)
 
     @property
-    def ready(self) -> bool:
-        return self.fired == self.pieces
+    def open(self) -> bool:
+        return not all(self.closed)
 
+    def issue(self, member: int, targets: list[Any]) -> list[int]:
+        """Member ``member`` has been issued: the blocks that close now (forward order)."""
+        if member in self.issued:
+            raise ValueError(f"member {member} was already issued in this round")
+        self.issued.add(member)
+        self.targets[member] = targets
+        closing = []
+        for block in self.group.blocks_of[member]:
+            self.left[block] -= 1
+            if self.left[block] == 0:
+                closing.append(block)
+        return self._close(closing)
 
-class _Group:
-    __slots__ = ("closed", "entries", "index", "next", "order", "step")
+    def flush(self) -> list[int]:
+        """Close every block still open (members not issued travel with what their slots
+        hold; the kvstore keeps their values)."""
+        return self._close([b for b, done in enumerate(self.closed) if not done])
 
-    def __init__(self, step: int, index: int) -> None:
-        self.step, self.index = step, index
-        self.entries: dict[Hashable, Entry] = {}
-        self.order: list[Entry] = []
-        self.closed = False
-        self.next = 0
+    def missing(self, block: int) -> list[int]:
+        return [m for m in self.group.members[block] if m not in self.issued]
+
+    def finished_members(self, blocks: Sequence[int]) -> list[int]:
+        """Issued members of ``blocks`` whose blocks are all closed (ready to copy out)."""
+        out = []
+        for member in dict.fromkeys(m for b in blocks for m in self.group.members[b]):
+            if member in self.issued and all(self.closed[b] for b in
+                                             self.group.blocks_of[member]):
+                out.append(member)
+        return out
+
+    def open_gate(self, block: int) -> None:
+        """The scheduler admitted the block: let its native pushpull run."""
+        gate = self.gates[block]
+        if gate is None:
+            raise ValueError(f"block {block} was admitted before its gate fired")
+        gate()
+
+    def _close(self, blocks: list[int]) -> list[int]:
+        for block in blocks:
+            self.closed[block] = True
+        return blocks
 
 
 class Sequencer:
-    """See the module docstring. ``plan(entries) -> keys`` gives the issue order."""
+    """Releases blocks to ``scheduler`` in round order, then issue order (thread-safe)."""
 
     def __init__(self, scheduler: Scheduler, *,
-                 plan: Callable[[Sequence[Entry]], list[Hashable]],
-                 idle_s: float = 0.05, clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self._scheduler = scheduler
-        self._plan = plan
-        self._idle_s = idle_s
         self._clock = clock
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._open: _Group | None = None
-        self._groups: list[_Group] = []
-        self._expected: frozenset[Hashable] | None = None
-        self._group_in_step = 0
+        self._lock = threading.Lock()
+        self._rounds: collections.deque[tuple[Round, list[int]]] = collections.deque()
+        self._released: collections.deque[Send] = collections.deque()
+        self._handing = False
         self._step = 0
-        self._last_issue = 0.0
-        self._closing = False
-        self._thread: threading.Thread | None = None
-        self._stop = False
-        self.backward_s: float | None = None  # gradient-ready spread of the last full group
+        self._in_step = 0
 
-    # -- training thread -------------------------------------------------------------------
-    def begin_step(self, step: int, expected: frozenset[Hashable] | None) -> None:
+    def new_round(self, group: Any, step: int, order: Sequence[int]) -> Round:
+        """A round of ``group``'s blocks for ``step`` (training thread, program order)."""
         with self._lock:
-            self._close_locked()
-            self._step, self._group_in_step = step, 0
-            self._expected = expected
+            if step != self._step:
+                self._step, self._in_step = step, 0
+            rnd = Round(group, step, self._in_step, order)
+            self._in_step += 1
+            self._rounds.append((rnd, [0]))
+        return rnd
 
-    def issue(self, entry: Entry) -> Entry:
-        """Register ``entry`` (its gates are pushed right after); closes the group if complete."""
+    def gate_fired(self, rnd: Round, block: int, complete: Callable[[], None]) -> None:
+        """Block ``block`` of ``rnd`` has its data in its buffer (an engine thread)."""
+        now = self._clock()
         with self._lock:
-            expected = self._expected
-            alone = expected is not None and entry.key not in expected
-            group = self._open
-            if group is None or entry.key in group.entries or alone:
-                self._close_locked()
-                group = self._open = _Group(self._step, self._group_in_step)
-                self._group_in_step += 1
-                self._groups.append(group)
-            entry.completions = [None] * entry.pieces
-            group.entries[entry.key] = entry
-            self._last_issue = self._clock()
-            if expected is None:
-                self._ensure_closer()
-                self._wake.notify()
-            elif alone or expected <= group.entries.keys():
-                self._close_locked()
-        return entry
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop = True
-            self._wake.notify()
-
-    # -- engine threads --------------------------------------------------------------------
-    def gate_fired(self, entry: Entry, piece: int, complete: Callable[[], None]) -> None:
-        """Piece ``piece`` of ``entry`` has its data in its send buffer."""
-        with self._lock:
-            entry.completions[piece] = complete
-            entry.fired += 1
-            if entry.t_ready is None:
-                entry.t_ready = self._clock()
+            rnd.gates[block] = complete
+            rnd.t_gate[block] = now
             self._release_locked()
-
-    # -- internals -------------------------------------------------------------------------
-    def _close_locked(self) -> None:
-        group = self._open
-        if group is None:
-            return
-        self._open = None
-        keys = self._plan(list(group.entries.values()))
-        group.order = [group.entries[k] for k in keys]
-        if len(group.order) != len(group.entries):
-            raise SchedulerError(f"plan returned {len(keys)} keys for {len(group.entries)}")
-        for position, entry in enumerate(group.order):
-            task = Task(entry.name, group.index * GROUP_STRIDE + position, entry.nbytes,
-                        kind="pushpull", itemsize=entry.itemsize, payload=entry)
-            entry.chunks = self._scheduler.split(task)
-            if len(entry.chunks) != entry.pieces:
-                raise SchedulerError(
-                    f"tensor {entry.name!r}: the scheduler split it into {len(entry.chunks)} "
-                    f"chunks but its layout has {entry.pieces} pieces")
-        group.closed = True
-        self._release_locked()
+        self._hand_over()
 
     def _release_locked(self) -> None:
-        while self._groups:
-            group = self._groups[0]
-            if not group.closed:
-                return
-            while group.next < len(group.order):
-                entry = group.order[group.next]
-                if not entry.ready:
+        while self._rounds:
+            rnd, cursor = self._rounds[0]
+            while cursor[0] < len(rnd.order):
+                block = rnd.order[cursor[0]]
+                if rnd.gates[block] is None:
                     return
-                for chunk, complete in zip(entry.chunks, entry.completions, strict=True):
-                    chunk.tag = complete
-                self._scheduler.ready(*entry.chunks)
-                group.next += 1
-            self._groups.pop(0)
-            times = [e.t_ready for e in group.order if e.t_ready is not None]
-            if len(times) > 1:
-                self.backward_s = max(times) - min(times)
+                self._released.append(rnd.sends[block])
+                cursor[0] += 1
+            self._rounds.popleft()
 
-    def _ensure_closer(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._closer, name="autobyte-closer",
-                                            daemon=True)
-            self._thread.start()
-
-    def _closer(self) -> None:
-        """Close a group nobody completes (keys never pushed again) after ``idle_s``."""
+    def _hand_over(self) -> None:
+        """Pass released sends to the scheduler in release order, from one thread at a time
+        (admitting one can complete engine ops that fire another gate on this thread)."""
         with self._lock:
-            while not self._stop:
-                if self._open is None or self._expected is not None:
-                    self._wake.wait()
-                    continue
-                left = self._last_issue + self._idle_s - self._clock()
-                if left > 0:
-                    self._wake.wait(left)
-                    continue
-                self._close_locked()
+            if self._handing:
+                return
+            self._handing = True
+        try:
+            while True:
+                with self._lock:
+                    if not self._released:
+                        return
+                    batch = list(self._released)
+                    self._released.clear()
+                self._scheduler.ready(*batch)
+        finally:
+            with self._lock:
+                self._handing = False
+            if self._released:
+                self._hand_over()

@@ -1,10 +1,15 @@
-"""Per-step statistics for the tuner: gradient-ready times, chunk timings, bytes, samples/s.
+"""Per-step statistics for the tuner: gradient-ready times, block timings, bytes, busy time.
 
-Timestamps come for free from the scheduler (each Chunk carries t_ready/t_start/t_done) and
-from the gates (Entry.t_ready), so collecting costs only the bookkeeping done here, which is
-timed and reported with every step as ``stats_s``. ``finished`` hands the live-tuning feed each
-complete step once, as the raw record (no per-chunk objects); ``drain`` builds the full
-``StepStats`` of the steps finished since its last call (the last ``_KEEP_STEPS``) on demand.
+Timestamps come almost for free: each block's Send carries its start and done times, its gate
+when its data was in place, and one engine callback per tensor stamps when its gradient was
+ready. Collecting costs only the bookkeeping done here, which is timed and reported with every
+step as ``stats_s``. ``finished`` hands the live-tuning feed each complete step once, as the
+raw record (no per-block objects); ``drain`` builds the full ``StepStats`` of the steps
+finished since its last call (the last ``_KEEP_STEPS``) on demand.
+
+A step's ``comm_s`` is the time its link was busy: the union of its blocks' [start, done]
+intervals, so bandwidth is bytes over busy time rather than over step time (a slow
+configuration must not read as a slow link).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 from common.config import Config
 
-__all__ = ["ChunkTiming", "StepRecorder", "StepStats"]
+__all__ = ["ChunkTiming", "StepRecorder", "StepStats", "busy_time"]
 
 _KEEP_STEPS = 1000
 _STALL_STEPS = 16
@@ -26,11 +31,14 @@ _STALL_STEPS = 16
 
 @dataclass(frozen=True, slots=True)
 class ChunkTiming:
-    """One chunk of one step; times in seconds since the step's first gradient was ready."""
+    """One block of one step; times in seconds since the step's first gradient was ready.
+
+    ``tensor`` names the block: its first member, ``+N`` when N more tensors are fused in.
+    """
 
     tensor: str
-    index: int
-    position: int  # the tensor's place in the step's shared plan (issue order when off)
+    index: int  # the block's forward position in its layout
+    position: int  # its place in the step's shared issue order (issue order when off)
     nbytes: int
     ready: float
     start: float
@@ -51,6 +59,7 @@ class StepStats:
     bytes_up: int
     bytes_down: int
     stats_s: float
+    comm_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "config": self.config.to_dict(),
@@ -58,7 +67,7 @@ class StepStats:
                 "samples_per_s": self.samples_per_s, "grad_ready_s": dict(self.grad_ready_s),
                 "chunks": [_chunk_dict(c) for c in self.chunks],
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                "stats_s": self.stats_s}
+                "stats_s": self.stats_s, "comm_s": self.comm_s}
 
 
 def _chunk_dict(c: ChunkTiming) -> dict[str, Any]:
@@ -78,7 +87,7 @@ class _Open:
     ready: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
     nbytes: int = 0
-    done: float = 0.0  # when the step's last chunk finished (0.0: no chunk)
+    done: float = 0.0  # when the step's last block finished (0.0: no block)
 
     @property
     def complete(self) -> bool:
@@ -88,6 +97,21 @@ class _Open:
     def duration_s(self) -> float:
         assert self.end is not None
         return self.end - self.start
+
+    @property
+    def comm_s(self) -> float:
+        return busy_time((r[5], r[6]) for r in self.raw)
+
+
+def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, done)`` intervals."""
+    total, end = 0.0, float("-inf")
+    for start, done in sorted(intervals):
+        if done <= end:
+            continue
+        total += done - max(start, end)
+        end = done
+    return total
 
 
 class StepRecorder:
@@ -140,13 +164,18 @@ class StepRecorder:
                 rec.nbytes += nbytes
                 if done > rec.done:
                     rec.done = done
-                if ready < rec.ready.get(tensor, float("inf")):
-                    rec.ready[tensor] = ready
             spent = self._clock() - t0
             if rec is not None:
                 rec.cost += spent
             else:
                 self.total_cost_s += spent
+
+    def ready(self, step: int, tensor: str, at: float) -> None:
+        """Tensor ``tensor``'s gradient of step ``step`` was ready at ``at`` (clock time)."""
+        with self._lock:
+            rec = self._open.get(step)
+            if rec is not None and at < rec.ready.get(tensor, float("inf")):
+                rec.ready[tensor] = at
 
     def finished(self) -> list[_Open]:
         """Steps that became complete since the last call, oldest first, each once (they stay
@@ -192,7 +221,8 @@ class StepRecorder:
 
     @staticmethod
     def _build(rec: _Open) -> StepStats:
-        t0 = min(rec.ready.values()) if rec.ready else rec.start
+        t0 = min(rec.ready.values()) if rec.ready else min((r[4] for r in rec.raw),
+                                                            default=rec.start)
         raw = sorted(rec.raw, key=lambda x: (x[5], x[2], x[1]))  # start order, ties by plan
         chunks = tuple(ChunkTiming(n, i, p, b, r - t0, s - t0, d - t0)
                        for n, i, p, b, r, s, d in raw)
@@ -200,4 +230,4 @@ class StepRecorder:
         speed = rec.samples / duration if rec.samples and duration > 0 else None
         return StepStats(rec.step, rec.config, duration, rec.samples, speed,
                          {n: r - t0 for n, r in sorted(rec.ready.items(), key=lambda x: x[1])},
-                         chunks, rec.nbytes, rec.nbytes, rec.cost)
+                         chunks, rec.nbytes, rec.nbytes, rec.cost, rec.comm_s)

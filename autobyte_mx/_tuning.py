@@ -6,10 +6,10 @@ attribute reads and one ``record_step``; the per-layer backward times (a pass ov
 gradient-ready times) are computed only on sampled steps (``sample_every``), which is enough
 for a per-window mean. The configuration a step ran with travels with the step, so the agent
 is told about a switch exactly when the first step of the new configuration is fed: steps
-finish (all their chunks done) after the next step has begun, so telling it when the switch
+finish (all their blocks done) after the next step has begun, so telling it when the switch
 is applied would file the old configuration's last steps under the new one.
 
-A step's time is the time between the moments the last chunks of two consecutive steps
+A step's time is the time between the moments the last blocks of two consecutive steps
 finished. The time between two ``pushpull`` calls in Python is not it: Python only queues work
 for MXNet's engine and, unless the training loop waits on a result, runs tens of steps ahead
 (measured: 72 steps queued in 1.6 s that took 4.3 s to run).
@@ -101,7 +101,7 @@ class Tuning:
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
-        self._last: tuple[int, float] | None = None  # (step, when its last chunk finished)
+        self._last: tuple[int, float] | None = None  # (step, when its last block finished)
 
     @property
     def agent(self) -> AgentLike:
@@ -119,12 +119,14 @@ class Tuning:
         self._agent.set_layer_bytes(layer_bytes)
 
     def step(self, step: int, config: Config, *, done: float, issue_s: float,
-             samples: int | None, ready: Mapping[str, float], nbytes: int) -> None:
-        """One finished step: ``done`` is when its last chunk finished (clock seconds, 0 when
+             samples: int | None, ready: Mapping[str, float], nbytes: int,
+             comm_s: float = 0.0) -> None:
+        """One finished step: ``done`` is when its last block finished (clock seconds, 0 when
         it had none), ``issue_s`` the Python time between its first pushpull and the next
         step's (used only without two consecutive completions), ``ready`` maps tensor names to
         gradient-ready times (same clock), ``nbytes`` is what this worker pushed (and pulled
-        back) in it.
+        back) in it, ``comm_s`` the time its link was busy (the union of its blocks'
+        transfer intervals), from which the agent's windows take their bandwidth.
 
         Without a batch size (plain kvstore use, no Trainer) a step counts as one sample, so
         the tuner compares steps per second.
@@ -138,11 +140,10 @@ class Tuning:
             self._config = config
             self._agent.set_config(config, step=step)
         layer_times = None
-        # With scheduling off the "ready" times are issue times (no gates): not backward times.
-        if step % self._sample_every == 0 and config.scheduling and self._layers:
+        if step % self._sample_every == 0 and self._layers:
             layer_times = self.layer_times(ready)
         self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,
-                                bytes_up=nbytes, bytes_down=nbytes)
+                                bytes_up=nbytes, bytes_down=nbytes, comm_s=comm_s)
 
     def layer_times(self, ready: Mapping[str, float]) -> npt.NDArray[np.float64] | None:
         """Backward seconds per layer, or None when some layer has no ready time this step

@@ -1,15 +1,19 @@
 """The 'autobyte' kvstore: ByteScheduler-style scheduling on top of native ``dist_sync``.
 
-Per tensor and step: copy the gradient into AutoByte's own per-chunk buffers, push one gate per
-chunk, one native pushpull for all chunks, one completion callback per chunk, and a copy back
-(``_engine``). With scheduling off (the baseline) a tensor goes whole, straight from the
-caller's array into its outputs, as native ``dist_sync`` sends it. All of it is pushed to
-MXNet's engine at once; the scheduler decides only when each gate opens (``_sequencer`` +
-``common.scheduler``), so MXNet's own dependencies stay intact and the next forward pass waits
-per layer, overlapping the rest of the communication.
+``common.plan`` decides the blocks, their order and the credit; this module executes it. The
+tensors pushed every step are laid out as one stream in forward order and cut into blocks
+(small tensors fused, large ones split); each block has one AutoByte-owned buffer and one
+native key (``_layout``). Per step, each tensor's gradient is copied into its slices of those
+buffers; once every member of a block has been issued, the block gets a gate, one native
+pushpull and a completion callback, and each member whose blocks are all closed gets its copy
+back (``_engine``). All of it is pushed to MXNet's engine at once; the scheduler decides only
+when each gate opens (``_sequencer`` + ``common.plan.Scheduler``), so MXNet's own dependencies
+stay intact and the next forward pass waits per layer, overlapping the rest of the
+communication. With scheduling off (the native candidate) a tensor goes whole, straight from
+the caller's array into its outputs, as native ``dist_sync`` sends it.
 
 The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
-sub-keys carry no optimizer state and the partition size can change between steps.
+keys carry no optimizer state and the partition size can change between steps.
 
 Live tuning (on by default; ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off): each step's
 statistics go to a ``common.control.TuningAgent`` once the step has finished (``_tuning``), and
@@ -36,24 +40,23 @@ from mxnet.kvstore import KVStoreBase
 from autobyte_mx import _engine
 from autobyte_mx._checks import check_environment
 from autobyte_mx._control import SLOTS, decode, encode
-from autobyte_mx._layout import CONTROL_KEY, WHOLE, Piece, Tensor
+from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._pace import Pace
-from autobyte_mx._plan import PlanItem, plan_order
-from autobyte_mx._sequencer import Entry, Sequencer
+from autobyte_mx._sequencer import Round, Sequencer
 from autobyte_mx._stats import StepRecorder, StepStats
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
-from common.scheduler import Chunk, Scheduler
+from common.plan import Scheduler, Send, issue_order
 
 __all__ = ["AutoByte"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
-# Engine priority of an admitted chunk's push/pull: the scheduler has already chosen the order,
+# Engine priority of an admitted block's push/pull: the scheduler has already chosen the order,
 # so once a gate opens the transfer should not wait behind queued compute on the CPU worker.
 COMM_PRIORITY = 1 << 20
 # Python only queues work for MXNet's engine; a loop that never waits on a result would queue
@@ -61,13 +64,9 @@ COMM_PRIORITY = 1 << 20
 # pushpull waits until the communication of the step this many before it has finished, which
 # never stalls the engine: the step in between is still queued.
 RUN_AHEAD_STEPS = 2
-# A step reaches the tuner once all its chunks are done, up to RUN_AHEAD_STEPS + 1 steps after
+# A step reaches the tuner once all its blocks are done, up to RUN_AHEAD_STEPS + 1 steps after
 # Python ran it: a hosted coordinator's decisions lead by that much more than one window.
 FEED_LAG_STEPS = RUN_AHEAD_STEPS + 1
-
-
-def _layout_of(config: Config) -> int:
-    return config.partition_bytes if config.scheduling else WHOLE
 
 
 @KVStoreBase.register
@@ -105,14 +104,16 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                   **agent_options)
         self._tuning = Tuning(self._agent, self._config)
         self._layers_changed = True
-        self._scheduler = Scheduler(self._config, start=self._start_chunk)
-        self._sequencer = Sequencer(self._scheduler, plan=self._plan)
+        self._scheduler = Scheduler(self._config, start=self._start_send)
+        self._sequencer = Sequencer(self._scheduler)
         self._recorder = StepRecorder()
         self._watchdog = Watchdog(_timeout(timeout), describe=self._describe)
         self._tensors: dict[Hashable, Tensor] = {}
-        self._direct: dict[Hashable, Any] = {}  # scheduling off: where a key's sum went last
-        self._next_sub_key = CONTROL_KEY + 1
-        self._layout = _layout_of(self._config)
+        self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype))
+        self._main: Group | None = None  # the group of the expected keys in this step
+        self._mains: dict[tuple[int, frozenset[Hashable], int], Group] = {}
+        self._rounds: dict[int, Round] = {}  # group id -> its latest round in this step
+        self._order_version = 0
         self._step = 0
         self._issued: set[Hashable] = set()
         self._expected: frozenset[Hashable] | None = None
@@ -122,7 +123,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._control_due = False
         self._batch: int | None = None
         self._pace = Pace()
-        self._unfinished: dict[int, int] = {}  # step -> pieces issued and not yet finished
+        self._backward_s: float | None = None  # gradient-ready spread of the last fed step
+        self._unfinished: dict[int, int] = {}  # step -> blocks issued and not yet finished
         self._progress = threading.Condition(threading.Lock())
         self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -225,8 +227,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if self._kv is None:
             return
         with self._watchdog.blocking("the last operations and the final barrier"):
+            self._flush()
             mx.nd.waitall()
-            self._sequencer.stop()
             self._kv = None
         self._watchdog.close()
         self._agent.close()  # after the final barrier: no worker is still training
@@ -246,21 +248,23 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     # -- KVStore data API ------------------------------------------------------------------
     def init(self, key: Any, value: Any) -> None:
+        """Each key starts with a native key of its own (the native layout), holding
+        ``value``; blocks of fused layouts are made at the step boundary that needs them."""
         keys, values = _pairs(key, value)
         self._handshake()
-        pieces: list[Piece] = []
+        groups: list[Group] = []
         for k, v in zip(keys, values, strict=True):
             _check_dense(k, v)
             if k in self._tensors:
                 raise ConfigError(f"key {k!r} is already initialised")
             tensor = self._tensors[k] = self._new_tensor(k, v)
-            new = self._make_pieces(tensor, self._layout)
-            for view, piece in zip(tensor.slices(v, self._layout), new, strict=True):
-                view.copyto(piece.buffer)
-            pieces += new
+            group = self._whole(tensor, init=False)
+            group.copy_in(0, v)
+            tensor.home = group
+            groups.append(group)
         self._assign_layers()
         self._layers_changed = True
-        self._native_init(pieces)
+        self._native_init(groups)
 
     def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
         keys, values = _pairs(key, value)
@@ -268,13 +272,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self.init(keys if isinstance(key, (list, tuple)) else keys[0],
                   values if isinstance(key, (list, tuple)) else values[0])
         for k, targets in zip(keys, outs, strict=True):
-            tensor = self._tensors[k]
-            pieces = tensor.layouts[self._layout]
-            self._kv.pull([p.sub_key for p in pieces], out=[p.buffer for p in pieces],
-                          priority=priority)
+            group = self._whole(self._tensors[k])
+            self._kv.pull(group.keys, out=group.arrays, priority=priority)
             for target in targets:
-                for piece, view in zip(pieces, tensor.slices(target, self._layout), strict=True):
-                    piece.buffer.copyto(view)
+                group.copy_out(0, target, mx.nd.concat)
 
     def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
         keys, values = _pairs(key, value)
@@ -290,16 +291,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def pull(self, key: Any, out: Any = None, priority: int = 0,
              ignore_sparse: bool = True) -> None:
+        """The sum a key last received (a block still open with it is sent first)."""
         keys = list(key) if isinstance(key, (list, tuple)) else [key]
         for k, targets in zip(keys, _outs(keys, out), strict=True):
             tensor = self._tensor(k)
-            direct = self._direct.get(k)
+            self._flush(tensor)
+            home = tensor.home
             for target in targets:
-                if direct is not None:
-                    if target is not direct:
-                        direct.copyto(target)
-                else:
-                    self._copy_out(tensor, self._layout_for(tensor), target)
+                if isinstance(home, Group):
+                    home.copy_out(home.index[tensor.key], target, mx.nd.concat)
+                elif target is not home:
+                    home.copyto(target)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -316,79 +318,114 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if self._step == 0 or key in self._issued:
             self._new_step()
         self._issued.add(key)
-        layout = self._layout
-        pieces = tensor.layouts[layout]
-        if not self._config.scheduling and targets and len(pieces) == 1:
-            self._issue_direct(tensor, value, targets, pieces[0], priority)
+        if not self._config.scheduling:
+            self._issue_whole(tensor, value, targets, priority)
             return
-        self._direct.pop(key, None)
-        for view, piece in zip(tensor.slices(value, layout), pieces, strict=True):
-            view.copyto(piece.buffer)
-        sub_keys, buffers = [p.sub_key for p in pieces], [p.buffer for p in pieces]
-        self._recorder.issued(self._step, len(pieces))
-        with self._progress:
-            self._unfinished[self._step] = self._unfinished.get(self._step, 0) + len(pieces)
-        if self._config.scheduling:
-            entry = self._sequencer.issue(Entry(key, tensor.name, tensor.layer, tensor.nbytes,
-                                                tensor.itemsize, len(pieces)))
-            for i, buffer in enumerate(buffers):
-                _engine.push_async(functools.partial(self._sequencer.gate_fired, entry, i),
-                                   mutable=[buffer], priority=priority)
-            self._kv.pushpull(sub_keys, buffers, priority=COMM_PRIORITY)
-            for i, buffer in enumerate(buffers):
-                _engine.push_callback(functools.partial(self._chunk_done, entry, i),
-                                      const=[buffer], priority=COMM_PRIORITY)
-        else:
-            self._watchdog.started()
-            t0 = self._recorder_clock()
-            self._kv.pushpull(sub_keys, buffers, priority=priority)
-            _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
-                                                    len(self._issued)),
-                                  const=buffers, priority=priority)
-        for target in targets:
-            self._copy_out(tensor, layout, target)
+        group = self._group_of(tensor)
+        member = group.index[key]
+        rnd = self._rounds.get(group.gid)
+        if rnd is None or not rnd.open or member in rnd.issued:
+            order = issue_order(group.layout, head_bytes=self._config.credit_bytes
+                                if self._head_bytes is None else self._head_bytes)
+            rnd = self._rounds[group.gid] = self._sequencer.new_round(group, self._step, order)
+        group.copy_in(member, value)
+        self._stamp(tensor, value, priority)
+        self._close(rnd, rnd.issue(member, targets), priority)
 
-    def _issue_direct(self, tensor: Tensor, value: Any, targets: list[Any], piece: Piece,
-                      priority: int) -> None:
-        """Scheduling off: one native pushpull of the whole tensor straight from the caller's
-        array into its outputs, as ``dist_sync`` does for the Trainer (no copies through our
-        buffers; MXNet's engine orders the reads and writes). A later ``pull`` reads the
-        first output."""
-        self._recorder.issued(self._step, 1)
-        with self._progress:
-            self._unfinished[self._step] = self._unfinished.get(self._step, 0) + 1
+    def _close(self, rnd: Round, blocks: list[int], priority: int) -> None:
+        """Push the blocks' gates, their native pushpull and completions, then the copies
+        back of every member whose blocks are now all closed. Members of a flushed block
+        that were not issued travel too (every worker sends the same keys) and get their
+        slots back afterwards, so their last sum stays where a pull reads it."""
+        if not blocks:
+            return
+        group = rnd.group
+        self._count(rnd.step, len(blocks))  # before the pushes: a block may finish at once
+        saved = [(slot.view.copy(), slot.view) for b in blocks for m in rnd.missing(b)
+                 for slot in group.slots[m] if slot.block == b]
+        arrays = [group.buffers[b].array for b in blocks]
+        for block, array in zip(blocks, arrays, strict=True):
+            _engine.push_async(functools.partial(self._sequencer.gate_fired, rnd, block),
+                               mutable=[array], priority=priority)
+        self._kv.pushpull([group.buffers[b].key for b in blocks], arrays,
+                          priority=COMM_PRIORITY)
+        for block, array in zip(blocks, arrays, strict=True):
+            _engine.push_callback(functools.partial(self._send_done, rnd.sends[block]),
+                                  const=[array], priority=COMM_PRIORITY)
+        for copy, view in saved:
+            copy.copyto(view)
+        for member in rnd.finished_members(blocks):
+            for target in rnd.targets[member]:
+                group.copy_out(member, target, mx.nd.concat)
+            group.tensors[member].home = group
+
+    def _flush(self, tensor: Tensor | None = None) -> None:
+        """Close the open rounds of this step (only the one holding ``tensor``'s issued
+        gradient, if given): at program points every worker reaches alike."""
+        for rnd in list(self._rounds.values()):
+            if not rnd.open:
+                continue
+            if tensor is not None and rnd.group.index.get(tensor.key, -1) not in rnd.issued:
+                continue
+            self._close(rnd, rnd.flush(), 0)
+
+    def _issue_whole(self, tensor: Tensor, value: Any, targets: list[Any],
+                     priority: int) -> None:
+        """Scheduling off: one native pushpull of the whole tensor, straight from the caller's
+        array into its outputs as ``dist_sync`` does for the Trainer (no copies through our
+        buffers; MXNet's engine orders the reads and writes); a plain push goes through the
+        tensor's own buffer. No gate: the tensor goes when its gradient is ready."""
+        group = self._whole(tensor)
+        self._count(self._step, 1)
         self._watchdog.started()
+        ready = self._stamp(tensor, value, priority)
         t0 = self._recorder_clock()
-        self._kv.pushpull(piece.sub_key, value, out=targets, priority=priority)
-        _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
-                                                len(self._issued)),
-                              const=targets, priority=priority)
-        self._direct[tensor.key] = targets[0]
-
-    def _copy_out(self, tensor: Tensor, layout: int, target: Any) -> None:
-        pieces = tensor.layouts[layout]
-        if len(pieces) == 1:
-            pieces[0].buffer.copyto(tensor.slices(target, layout)[0])
+        if targets:
+            self._kv.pushpull(group.keys[0], value, out=targets, priority=priority)
+            done_on, tensor.home = targets, targets[0]
         else:
-            mx.nd.concat(*[p.buffer for p in pieces], dim=0, out=target.reshape((-1,)))
+            group.copy_in(0, value)
+            self._kv.pushpull(group.keys, group.arrays, priority=priority)
+            done_on, tensor.home = group.arrays, group
+        _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
+                                                len(self._issued), ready),
+                              const=done_on, priority=priority)
 
-    def _start_chunk(self, chunk: Chunk) -> None:
+    def _stamp(self, tensor: Tensor, value: Any, priority: int) -> list[float]:
+        """Note when ``value`` (the gradient) is ready, in an engine callback; returns the
+        list its time lands in."""
+        at = [0.0]
+        _engine.push_callback(functools.partial(self._ready, self._step, tensor.name, at),
+                              const=[value], priority=priority)
+        return at
+
+    def _ready(self, step: int, name: str, at: list[float]) -> None:
+        at[0] = now = self._recorder_clock()
+        self._recorder.ready(step, name, now)
+
+    def _start_send(self, send: Send) -> None:
         self._watchdog.started()
         self._pace.started()
-        chunk.tag()
+        send.tag.open_gate(send.block.index)
 
-    def _chunk_done(self, entry: Entry, index: int) -> None:
+    def _send_done(self, send: Send) -> None:
         self._watchdog.finished()
-        chunk = entry.chunks[index]
-        self._pace.finished(chunk.nbytes)
-        self._scheduler.done(chunk)
-        self._piece_done(chunk.step)
+        self._pace.finished(send.nbytes)
+        self._scheduler.done(send)
+        self._piece_done(send.step)
 
-    def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int) -> None:
+    def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int,
+                    ready: list[float]) -> None:
         self._watchdog.finished()
         now = self._recorder_clock()
-        self._recorder.chunk(step, tensor.name, 0, position, tensor.nbytes, t0, t0, now)
+        start = ready[0] or t0  # the transfer starts once the gradient is ready
+        self._recorder.chunk(step, tensor.name, 0, position, tensor.nbytes, start, start, now)
         self._piece_done(step)
+
+    def _count(self, step: int, blocks: int) -> None:
+        self._recorder.issued(step, blocks)
+        with self._progress:
+            self._unfinished[step] = self._unfinished.get(step, 0) + blocks
 
     def _piece_done(self, step: int) -> None:
         with self._progress:
@@ -400,7 +437,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 self._progress.notify_all()
 
     def _wait_for_step(self, step: int) -> None:
-        """Block until every piece issued in ``step`` or before has finished."""
+        """Block until every block issued in ``step`` or before has finished."""
         with self._progress:
             if not any(s <= step for s in self._unfinished):
                 return
@@ -413,7 +450,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     # -- internals: steps and reconfiguration ------------------------------------------------
     def _new_step(self) -> None:
-        self._sequencer.close()
+        self._flush()
         self._wait_for_step(self._step + 1 - RUN_AHEAD_STEPS)
         new = None
         if self._control_due:
@@ -428,23 +465,27 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         # configuration's first step, which the statistics collector treats as warm-up.
         boundary = self._recorder_clock()
         if new is not None:
-            self._apply(new)
+            log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
+                     new.describe())
+            self._config = new
+            self._scheduler.reconfigure(new)
         expected = self._expected
         if expected is None and self._issued:
             expected = frozenset(self._issued)
         self._step += 1
         self._issued = set()
+        self._rounds = {}
         self._scheduler.begin_step(self._step)
-        self._sequencer.begin_step(self._step, expected)
+        self._main = self._main_group(expected)
         self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
         self._push_control()
         self._feed()
 
     def _collect(self) -> None:
-        """Move finished chunks from the scheduler's trace to the step recorder."""
+        """Move finished blocks from the scheduler's trace to the step recorder."""
         trace = self._scheduler.drain_trace()
         if trace:
-            self._recorder.chunks(_chunk_rows(trace))
+            self._recorder.chunks(_block_rows(trace))
 
     def _feed(self) -> None:
         """Hand the steps finished since the last call to the tuning agent, in step order."""
@@ -454,8 +495,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._layers_changed = False
             self._tuning.set_layers(self._layer_tensors())
         for rec in self._recorder.finished():
+            if len(rec.ready) > 1:
+                self._backward_s = max(rec.ready.values()) - min(rec.ready.values())
             self._tuning.step(rec.step, rec.config, done=rec.done, issue_s=rec.duration_s,
-                              samples=rec.samples, ready=rec.ready, nbytes=rec.nbytes)
+                              samples=rec.samples, ready=rec.ready, nbytes=rec.nbytes,
+                              comm_s=rec.comm_s)
         self._recorder.add_cost(self._recorder_clock() - t0)
 
     def _layer_tensors(self) -> list[tuple[str, int]]:
@@ -465,25 +509,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                           if expected is None or t.key in expected), key=lambda t: t.layer)
         return [(t.name, t.nbytes) for t in tensors]
 
-    def _apply(self, config: Config) -> None:
-        """Switch every worker at this step (all read the same control sum)."""
-        layout = _layout_of(config)
-        missing = [t for t in self._tensors.values() if layout not in t.layouts]
-        if missing:
-            pieces: list[Piece] = []
-            for tensor in missing:
-                pieces += self._make_pieces(tensor, layout)
-            self._native_init(pieces)
-        if layout != self._layout:
-            for tensor in self._tensors.values():  # a pull before the next push sees the sum
-                _carry_over(tensor, self._layout, layout)
-        log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
-                 config.describe())
-        self._config, self._layout = config, layout
-        self._scheduler.reconfigure(config)
-
     def _push_control(self) -> None:
-        head = self._pace.head_bytes(self._sequencer.backward_s) if self._rank == 0 else None
+        head = self._pace.head_bytes(self._backward_s) if self._rank == 0 else None
         proposal = self._tuning.proposal(self._step + 1, self._proposal)
         values = encode(rank=self._rank, config=self._config, step=self._step,
                         proposal=proposal, head_bytes=head)
@@ -514,9 +541,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             raise ConfigError(f"key {key!r} was never initialised (init or broadcast it "
                               f"first); known keys: {sorted(map(str, self._tensors))}") from None
 
-    def _layout_for(self, tensor: Tensor) -> int:
-        return self._layout if self._layout in tensor.layouts else next(iter(tensor.layouts))
-
     def _new_tensor(self, key: Hashable, value: Any) -> Tensor:
         names = getattr(self, "_names", None)
         name = names[key] if names is not None and isinstance(key, int) else str(key)
@@ -530,49 +554,63 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                        key=lambda it: (self._forward.get(it[1].name, hinted), it[0]))
         for layer, (_, tensor) in enumerate(order):
             tensor.layer = layer
+        self._order_version += 1
 
-    def _make_pieces(self, tensor: Tensor, layout: int) -> list[Piece]:
-        pieces = []
-        for start, stop in tensor.spans(layout):
-            buffer = mx.nd.zeros((stop - start,), dtype=tensor.dtype)
-            pieces.append(Piece(self._next_sub_key, start, stop, buffer))
-            self._next_sub_key += 1
-        tensor.layouts[layout] = pieces
-        return pieces
+    def _whole(self, tensor: Tensor, *, init: bool = True) -> Group:
+        """The tensor's own native key (made by ``init``)."""
+        group, new = self._groups.get(self._config.replace(scheduling=False), [tensor])
+        if new and init:
+            self._native_init([group])
+        return group
 
-    def _native_init(self, pieces: list[Piece]) -> None:
-        if pieces:
+    def _group_of(self, tensor: Tensor) -> Group:
+        """The step's fused group if the tensor is expected, else a group of its own."""
+        main = self._main
+        if main is not None and tensor.key in main.index:
+            return main
+        group, new = self._groups.get(self._config, [tensor])
+        if new:
+            self._native_init([group])
+        return group
+
+    def _main_group(self, expected: frozenset[Hashable] | None) -> Group | None:
+        """The group of the keys pushed every step, in forward order, under the layout in
+        force (made here, at a step boundary, when first needed)."""
+        if not self._config.scheduling or not expected:
+            return None
+        index = (self._config.partition_bytes, expected, self._order_version)
+        group = self._mains.get(index)
+        if group is None:
+            members = sorted((self._tensors[k] for k in expected if k in self._tensors),
+                             key=lambda t: t.layer)
+            if not members:
+                return None
+            group, new = self._groups.get(self._config, members)
+            if new:
+                self._native_init([group])
+            self._mains[index] = group
+        return group
+
+    def _native_init(self, groups: list[Group]) -> None:
+        keys = [k for g in groups for k in g.keys]
+        if keys:
             with self._watchdog.blocking("key initialisation"):
-                self._kv.init([p.sub_key for p in pieces], [p.buffer for p in pieces])
-
-    def _plan(self, entries: Sequence[Entry]) -> list[Hashable]:
-        items = [PlanItem(e.key, e.layer, e.nbytes) for e in entries]
-        head = self._head_bytes
-        return plan_order(items, head_bytes=self._scheduler.config.credit_bytes if head is None
-                          else head)
+                self._kv.init(keys, [a for g in groups for a in g.arrays])
 
     def _describe(self) -> str:
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
                 f"{self._scheduler.inflight_bytes} bytes in flight")
 
 
-def _carry_over(tensor: Tensor, old: int, new: int) -> None:
-    """Copy the last pulled values from layout ``old``'s buffers into layout ``new``'s."""
-    source = [p.buffer for p in tensor.layouts[old]]
-    flat = source[0] if len(source) == 1 else mx.nd.concat(*source, dim=0)
-    for piece in tensor.layouts[new]:
-        flat[piece.start:piece.stop].copyto(piece.buffer)
-
-
-def _chunk_rows(trace: list[Chunk]) -> Iterable[tuple[int, str, int, int, int, float, float,
-                                                         float]]:
-    for chunk in trace:
-        entry = chunk.task.payload
-        assert chunk.t_ready is not None and chunk.t_start is not None
-        assert chunk.t_done is not None and isinstance(entry, Entry)
-        t_ready = entry.t_ready if entry.t_ready is not None else chunk.t_ready
-        yield (chunk.step, entry.name, chunk.index, chunk.task.layer, chunk.nbytes, t_ready,
-               chunk.t_start, chunk.t_done)
+def _block_rows(trace: list[Send]) -> Iterable[tuple[int, str, int, int, int, float, float,
+                                                        float]]:
+    for send in trace:
+        rnd, block = send.tag, send.block.index
+        assert isinstance(rnd, Round) and send.t_start is not None and send.t_done is not None
+        ready = rnd.t_gate[block]
+        yield (send.step, rnd.group.buffers[block].name, block, rnd.position[block],
+               send.nbytes, send.t_start if ready is None else ready, send.t_start,
+               send.t_done)
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:

@@ -1,9 +1,11 @@
 """AutoByte vs native dist_sync with real ps-lite processes: same parameters after training.
 
 With 2 workers the server's sum is order-free (a + b == b + a in float32) and the SGD update
-runs the same operator on workers as on servers, so parameters must match bitwise. With 3
-workers the server adds pushes in arrival order, so they match within float32 rounding
-(rtol 1e-5, atol 1e-6).
+runs the same operator on workers as on servers, so parameters must match bitwise, whatever
+the blocks (fused, split, or each tensor whole). With 3 workers the server adds pushes in
+arrival order, which differs from run to run for native dist_sync too, so they match native
+within float32 rounding (rtol 1e-5, atol 1e-6) and each other bitwise (every worker pulls the
+same sums).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ skip_without_mxnet()
 pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.slow]
 
 MLP = ("--model", "mlp", "--steps", "8")
+# the MLP's gradients in forward order: dense0 (64x300 + 300), dense1 (300x200 + 200),
+# dense2 (200x10 + 10) float32
+MLP_BYTES = 4 * (64 * 300 + 300 + 300 * 200 + 200 + 200 * 10 + 10)
 
 
 def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], *,
@@ -33,20 +38,29 @@ def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], *,
                                        err_msg=name)
 
 
-@pytest.mark.parametrize(("partition", "credit"), [("4KiB", "4KiB"), ("64KiB", "1MiB")])
-def test_partitioned_matches_native_bitwise(tmp_path: Path, native_refs: NativeRefs,
-                                            partition: str, credit: str) -> None:
+@pytest.mark.parametrize(("partition", "credit"), [("4KiB", "4KiB"), ("64KiB", "1MiB"),
+                                                  ("4MiB", "4MiB")])
+def test_blocks_match_native_bitwise(tmp_path: Path, native_refs: NativeRefs, partition: str,
+                                     credit: str) -> None:
+    """4 KiB and 64 KiB split dense1_weight and fuse the small tensors around the cuts; 4 MiB
+    fuses all six tensors into one block."""
     want = native_refs.get(*MLP, workers=2, servers=1)
     job = run_job(tmp_path, *MLP, "--partition", partition, "--credit", credit)
     assert_ok(job)
     for rank in range(2):
         assert_same(job.params(rank), want.params(rank), exact=True)
     steps = job.summary(0)["steps"]
-    assert steps and all(s["config"]["partition_bytes"] == job.summary(0)["config"][
-        "partition_bytes"] for s in steps)
-    # dense0_weight is 64x300 floats = 76.8 KB: several chunks at 4KiB/64KiB
-    chunks = [c for c in steps[-1]["chunks"] if c["tensor"].endswith("dense0_weight")]
-    assert len(chunks) == -(-64 * 300 * 4 // (4096 if partition == "4KiB" else 65536))
+    size = job.summary(0)["config"]["partition_bytes"]
+    assert steps and all(s["config"]["partition_bytes"] == size for s in steps)
+    blocks = steps[-1]["chunks"]
+    assert sum(c["nbytes"] for c in blocks) == MLP_BYTES == steps[-1]["bytes_up"]
+    assert len(blocks) == -(-MLP_BYTES // size)  # the fewest blocks the partition allows
+    assert sorted(c["nbytes"] for c in blocks)[1:] == [size] * (len(blocks) - 1)
+    if len(blocks) == 1:
+        assert blocks[0]["tensor"].endswith("dense0_weight+5")
+    else:
+        assert any("dense0_weight+" in c["tensor"] for c in blocks)  # its tail, bias, ...
+    assert all(s["comm_s"] > 0 for s in steps)
 
 
 def test_scheduling_off_matches_native_bitwise(tmp_path: Path, native_refs: NativeRefs) -> None:
@@ -83,12 +97,20 @@ def test_live_reconfiguration_two_workers(tmp_path: Path, native_refs: NativeRef
 
 def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
                                                         native_refs: NativeRefs) -> None:
+    """Switches (each lands three steps after its loop step): 8 KiB (split), 64 KiB, native,
+    then 4 MiB (one fused block)."""
     want = native_refs.get(*MLP, workers=3, servers=2)
     job = run_job(tmp_path, *MLP, "--partition", "8KiB", "--credit", "8KiB",
-                  "--switch", "2:64KiB:256KiB:1", workers=3, servers=2)
+                  "--switch", "0:64KiB:256KiB:1", "--switch", "2:4KiB:4KiB:0",
+                  "--switch", "4:4MiB:4MiB:1", workers=3, servers=2)
     assert_ok(job)
     for rank in range(3):
         assert_same(job.params(rank), want.params(rank), exact=False)
+        assert_same(job.params(rank), job.params(0), exact=True)
+    seen = [(s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0,
+             len(s["chunks"])) for s in job.summary(2)["steps"]]
+    assert seen == [(8 << 10, 40), (8 << 10, 40), (64 << 10, 5), (64 << 10, 5), (0, 6),
+                    (0, 6), (4 << 20, 1)]  # the last step never ends: no statistics
 
 
 def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,

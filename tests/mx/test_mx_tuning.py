@@ -24,7 +24,7 @@ from common.decision_log import read_log
 skip_without_mxnet()
 
 from autobyte_mx._control import decode, encode  # noqa: E402
-from autobyte_mx._stats import StepRecorder  # noqa: E402
+from autobyte_mx._stats import StepRecorder, busy_time  # noqa: E402
 from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
 
 # forward order: dense0 (weight, bias), dense1 (weight, bias), dense2 (weight, bias)
@@ -86,12 +86,15 @@ class _Recorder:
         return self.decisions.pop(step, None)
 
 
+COMM_S = 0.02  # the link was busy 20 of the 50 ms
+
+
 def _feed(tuning: Tuning, steps: range, config: Config, *, t0: float = 100.0) -> None:
     for step in steps:
         done = t0 + step * STEP_S
         ready = {k: v + done for k, v in READY.items()}
         tuning.step(step, config, done=done, issue_s=0.001, samples=BATCH, ready=ready,
-                    nbytes=326840)
+                    nbytes=326840, comm_s=COMM_S)
 
 
 def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -> None:
@@ -113,6 +116,7 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
                                                                    False, True]
     assert ("config", (second, 5)) in agent.calls
     assert steps[1][3]["bytes_up"] == steps[1][3]["bytes_down"] == 326840
+    assert all(s[3]["comm_s"] == COMM_S for s in steps)
     # a gap in the steps (one was lost) does not produce a two-step interval
     _feed(tuning, range(8, 9), second)
     assert agent.calls[-1][1][2] == 0.001
@@ -140,8 +144,10 @@ def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_sta
     rec.begin_step(2, config, 8, at=rec._clock())
     rec.issued(2, 1)
     rec.chunks([(2, "b", 0, 0, 100, 1.0, 1.1, 1.5)])
+    rec.ready(2, "b", 1.0)
     assert rec.finished() == []  # step 1 is incomplete and holds step 2 back
     rec.chunks([(1, "a", 0, 0, 100, 0.5, 0.6, 0.9), (1, "a", 1, 0, 50, 0.5, 0.7, 1.0)])
+    rec.ready(1, "a", 0.5)
     rec.begin_step(3, config, 8)
     got = rec.finished()
     assert [(r.step, r.nbytes, r.done, r.ready) for r in got] == [
@@ -150,6 +156,21 @@ def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_sta
     stats = rec.drain()
     assert [s.step for s in stats] == [1, 2] and stats[0].bytes_up == 150
     assert len(stats[0].chunks) == 2 and stats[0].samples == 8
+
+
+def test_busy_time_is_the_union_of_the_transfer_intervals() -> None:
+    assert busy_time([]) == 0.0
+    assert busy_time([(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.8)]) == pytest.approx(2.5)
+    rec = StepRecorder()
+    rec.begin_step(1, Config(tuner="none"), 8)
+    rec.issued(1, 3)
+    rec.chunks([(1, "a", 0, 0, 100, 0.0, 1.0, 2.0), (1, "a", 1, 1, 100, 0.0, 1.5, 2.5),
+                (1, "b", 0, 2, 100, 0.0, 4.0, 4.5)])
+    rec.ready(1, "a", 0.5)
+    rec.begin_step(2, Config(tuner="none"), 8)
+    (step,) = rec.finished()
+    assert step.comm_s == pytest.approx(2.0) and step.ready == {"a": 0.5}
+    assert rec.drain()[0].comm_s == pytest.approx(2.0)
 
 
 def test_recorder_passes_over_a_step_that_lost_a_chunk_record() -> None:
@@ -179,7 +200,8 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
                    credit_bytes="4KiB")
     fast = start.replace(partition_bytes="256KiB", credit_bytes="1MiB")
     agent = TuningAgent(rank=0, num_workers=1, config=start, model="mlp", arch="ps",
-                        tuner=ScriptedTuner([fast]), decision_log=log, lead_steps=5, lead_s=0.0)
+                        tuner=ScriptedTuner([fast]), decision_log=log, lead_steps=5, lead_s=0.0,
+                        guard=False)
     try:
         assert agent.enabled and agent.coordinator is not None
         tuning = Tuning(agent, start, sample_every=1)
@@ -210,8 +232,8 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
     assert obs["arch"] == "ps" and obs["model"] == "mlp" and obs["num_layers"] == 3
     assert obs["layer_bytes"] == [78000, 240800, 8040]
     assert np.allclose(obs["layer_backward_s"], [[0.007, 0.004, 0.004]])
-    # bytes of all 4 steps (the warm-up step's too) over the 3 measured steps' time
-    assert obs["bandwidth_up"][0] == pytest.approx(8 * 326840 * 4 / (3 * STEP_S), rel=1e-6)
+    # bytes of all 4 steps (the warm-up step's too) over the time the link was busy
+    assert obs["bandwidth_up"][0] == pytest.approx(8 * 326840 * 4 / (4 * COMM_S), rel=1e-6)
     after = [w for w in windows if w["first_step"] >= next(iter(proposals))]
     assert after and after[0]["config"]["partition_bytes"] == 256 * 1024
     assert after[0]["observation"]["layer_bytes"] == [78000, 240800, 8040]
@@ -231,18 +253,15 @@ def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) 
     s + 1 begins); other ranks ask too (draining their inbox) but send no proposal."""
     import autobyte_mx
     from autobyte_mx._pace import Pace
-    from autobyte_mx._sequencer import Sequencer
-    from common.scheduler import Scheduler
 
     config = Config(tuner="none")
     fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
     store = object.__new__(autobyte_mx.AutoByte)
     agent = _Recorder()
     agent.decisions[8] = fast
-    scheduler = Scheduler(config, start=lambda chunk: None)
     store.__dict__.update(
         _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
-        _pace=Pace(), _sequencer=Sequencer(scheduler, plan=lambda es: []), _kv=_FakeKV(),
+        _pace=Pace(), _backward_s=None, _kv=_FakeKV(),
         _tuning=Tuning(agent, config), _control=None, _control_due=False)
     store._push_control()
     assert [s for k, s in agent.calls if k == "due"] == [8]

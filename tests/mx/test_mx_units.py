@@ -1,39 +1,147 @@
-"""Adapter parts without ps-lite: plan, control key encoding, sequencer order, misuse errors."""
+"""Adapter parts without ps-lite: block buffers, control key encoding, the shared release
+order, the kvstore on a fake native store, misuse errors."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import random
 import warnings
 from collections.abc import Hashable, Sequence
+from typing import Any
 
+import numpy as np
 import pytest
 from conftest import skip_without_mxnet
 
 from common.config import Config
 from common.errors import ConfigError, UnsupportedError
-from common.scheduler import Chunk, Scheduler
+from common.plan import Scheduler, Send, issue_order
 
 skip_without_mxnet()
 
+import mxnet as mx  # noqa: E402
+
+from autobyte_mx import _engine  # noqa: E402
 from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
-from autobyte_mx._plan import PlanItem, plan_order  # noqa: E402
-from autobyte_mx._sequencer import Entry, Sequencer  # noqa: E402
+from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name  # noqa: E402
+from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 
-# --- plan ----------------------------------------------------------------------------------
-
-
-def test_plan_head_in_backward_order_then_forward_order() -> None:
-    items = [PlanItem(f"l{i}", i, 100) for i in range(6)]
-    assert plan_order(items, head_bytes=250) == ["l5", "l4", "l3", "l0", "l1", "l2"]
-    assert plan_order(items, head_bytes=0) == ["l0", "l1", "l2", "l3", "l4", "l5"]
-    assert plan_order(items, head_bytes=10**9) == ["l5", "l4", "l3", "l2", "l1", "l0"]
+# --- block buffers -------------------------------------------------------------------------
 
 
-def test_plan_ignores_issue_order() -> None:
-    items = [PlanItem(f"l{i}", i, 100) for i in range(6)]
-    shuffled = items[:]
-    random.Random(3).shuffle(shuffled)
-    assert plan_order(shuffled, head_bytes=150) == plan_order(items, head_bytes=150)
+def _tensors(*shapes: tuple[int, ...]) -> list[Tensor]:
+    return [Tensor(f"k{i}", f"net_l{i}", shape, np.float32, 4, layer=i)
+            for i, shape in enumerate(shapes)]
+
+
+def _zeros(size: int, dtype: Any) -> Any:
+    return mx.nd.zeros((size,), dtype=dtype)
+
+
+SHAPES = [(3, 700), (10,), (5,), (2, 2000), (7,)]  # 8400 B, 40 B, 20 B, 16000 B, 28 B
+
+
+@pytest.mark.parametrize("partition", [4096, 1 << 20])
+def test_group_maps_each_segment_to_a_slice_of_its_block_buffer(partition: int) -> None:
+    tensors = _tensors(*SHAPES)
+    groups = Groups(zeros=_zeros)
+    config = Config(partition_bytes=partition, credit_bytes=partition)
+    group, new = groups.get(config, tensors)
+    assert new and groups.get(config, tensors) == (group, False)
+    total = sum(t.nbytes for t in tensors)
+    assert [b.array.shape[0] * 4 for b in group.buffers] == [b.nbytes for b in
+                                                            group.layout.blocks]
+    assert sum(b.nbytes for b in group.layout.blocks) == total
+    assert group.keys == list(range(1, 1 + len(group.buffers)))  # key 0: control
+    if partition == 4096:  # the stream cut every 4 KiB: splits and fusions
+        assert len(group.buffers) == -(-total // 4096)
+        assert group.blocks_of[0] == (0, 1, 2) and group.blocks_of[3][0] == 2
+        assert group.names[2] == "net_l0+3"  # l0's tail, l1, l2 and l3's head
+    else:  # one block holds everything
+        assert len(group.buffers) == 1 and group.names == ["net_l0+4"]
+    values = [mx.nd.array(np.random.RandomState(i).rand(*t.shape)) for i, t in
+              enumerate(tensors)]
+    for member, value in enumerate(values):
+        group.copy_in(member, value)
+    stream = np.concatenate([b.array.asnumpy() for b in group.buffers])
+    want = np.concatenate([v.asnumpy().ravel() for v in values])
+    assert np.array_equal(stream, want)
+    for member, value in enumerate(values):
+        out = mx.nd.zeros(value.shape)
+        group.copy_out(member, out, mx.nd.concat)
+        assert np.array_equal(out.asnumpy(), value.asnumpy())
+    # another layout takes the next keys; the native one has one whole key per tensor
+    other, _ = groups.get(Config(scheduling=False), tensors[:1])
+    assert other.layout_id == WHOLE and other.keys == [group.keys[-1] + 1]
+    assert other.slots[0][0].view is other.buffers[0].array
+
+
+def test_block_name_counts_the_fused_members() -> None:
+    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
+                                        _tensors((3000,), (2,)))
+    assert [block_name(["a", "b"], b) for b in group.layout.blocks] == ["a", "a", "a+1"]
+
+
+# --- rounds and the shared release order ---------------------------------------------------
+
+
+def _release(fire: list[int], group: Any, order: list[int], credit: int) -> list[int]:
+    """Issue every member, fire the blocks' gates in ``fire`` order, finish blocks one by one;
+    returns the blocks in the order the scheduler started them."""
+    started: list[int] = []
+    inflight: list[Send] = []
+
+    def start(send: Send) -> None:
+        started.append(send.block.index)
+        inflight.append(send)
+        send.tag.open_gate(send.block.index)
+
+    sched = Scheduler(Config(partition_bytes=4096, credit_bytes=credit), start=start)
+    seq = Sequencer(sched)
+    sched.begin_step(1)
+    rnd = seq.new_round(group, 1, order)
+    closed = [b for m in sorted(range(len(group.tensors)), key=str) for b in rnd.issue(m, [])]
+    assert sorted(closed) == list(range(len(group.buffers)))
+    for block in fire:
+        seq.gate_fired(rnd, block, lambda: None)
+        if inflight and random.Random(block).random() < 0.5:
+            sched.done(inflight.pop(0))
+    while inflight:
+        sched.done(inflight.pop(0))
+    return started
+
+
+def test_blocks_are_admitted_in_one_sequence_whatever_the_ready_timing() -> None:
+    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
+                                        _tensors(*SHAPES))
+    order = issue_order(group.layout, head_bytes=8000)
+    assert order == [5, 4, 0, 1, 2, 3]  # a head in backward order, then forward order
+    backward = list(reversed(range(len(group.buffers))))
+    reference = _release(backward, group, order, 8192)
+    assert reference == order
+    for seed in range(5):
+        jittered = backward[:]
+        random.Random(seed).shuffle(jittered)
+        assert _release(jittered, group, order, 8192) == reference
+
+
+def test_a_round_closes_a_block_once_all_its_members_are_issued() -> None:
+    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
+                                        _tensors(*SHAPES))
+    seq = Sequencer(Scheduler(Config(), start=lambda send: None))
+    rnd = seq.new_round(group, 1, list(range(len(group.buffers))))
+    assert rnd.issue(1, ["out1"]) == []  # block 2 waits for l0, l2, l3
+    assert rnd.issue(0, []) == [0, 1]
+    assert rnd.finished_members([0, 1]) == []  # l0 also lives in block 2, still open
+    assert rnd.missing(2) == [2, 3] and rnd.open
+    with pytest.raises(ValueError, match="already issued"):
+        rnd.issue(0, [])
+    assert rnd.flush() == [2, 3, 4, 5] and not rnd.open
+    assert rnd.finished_members([2]) == [0, 1]
+    assert rnd.targets[1] == ["out1"]
+    with pytest.raises(ValueError, match="permutation"):
+        Round(group, 1, 0, [0, 0, 1])
 
 
 # --- control key ---------------------------------------------------------------------------
@@ -68,103 +176,151 @@ def test_control_detects_disagreement_and_step_skew() -> None:
         decode(_sum(vecs), num_workers=2, rank=0, config=a)
 
 
-# --- sequencer -----------------------------------------------------------------------------
+# --- the kvstore on a fake native store, in one process ------------------------------------
 
 
-def _run(fire_order: list[int], config: Config, sizes: list[int]) -> list[tuple[str, int]]:
-    """Issue keys in name order, fire gates in ``fire_order``, finish chunks one by one."""
-    inflight: list[Chunk] = []
-    started: list[tuple[str, int]] = []
+class FakeNative:
+    """Native ``dist_sync`` as seen by one of ``workers`` identical workers: a data key's
+    pushpull returns ``workers`` times the value, in engine operations (so they wait for
+    AutoByte's gates, like the real ones: a copy, then an async op on the array's memory);
+    the control key sums one worker."""
 
-    def start(chunk: Chunk) -> None:
-        started.append((chunk.task.name, chunk.index))
-        inflight.append(chunk)
+    rank, num_workers = 0, 1
 
-    sched = Scheduler(config, start=start)
+    def __init__(self, workers: int = 3) -> None:
+        self.workers = workers
+        self.stored: dict[Hashable, Any] = {}
+        self.pushed: list[list[Hashable]] = []
 
-    def plan(entries: Sequence[Entry]) -> list[Hashable]:
-        return plan_order([PlanItem(e.key, e.layer, e.nbytes) for e in entries],
-                          head_bytes=config.credit_bytes)
+    def init(self, key: Any, value: Any) -> None:
+        for k, v in zip(*_lists(key, value), strict=True):
+            self.stored[k] = v.copy()
 
-    seq = Sequencer(sched, plan=plan, idle_s=60)
-    sched.begin_step(1)
-    seq.begin_step(1, frozenset(range(len(sizes))))
-    entries = []
-    for key in sorted(range(len(sizes)), key=str):  # Trainer order: by name, not by layer
-        pieces = len(sched.split(_task(key, sizes[key])))
-        entries.append(seq.issue(Entry(key, f"l{key}", key, sizes[key], 4, pieces)))
-    by_key = {e.key: e for e in entries}
-    for key in fire_order:
-        for piece in range(by_key[key].pieces):
-            seq.gate_fired(by_key[key], piece, lambda: None)
-        if inflight and random.Random(key).random() < 0.5:
-            sched.done(inflight.pop(0))
-    while inflight:
-        sched.done(inflight.pop(0))
-    return started
+    def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
+        keys, values = _lists(key, value)
+        if keys != [0]:
+            self.pushed.append(keys)
+        for k, v in zip(keys, values, strict=True):
+            factor = 1 if k == 0 else self.workers
+            for target in [v] if out is None else out if isinstance(out, list) else [out]:
+                if target is not v:
+                    v.copyto(target)
+                _engine.push_callback(functools.partial(_scale, target, factor),
+                                      mutable=[target])
 
+    def pull(self, key: Any, out: Any = None, priority: int = 0) -> None:
+        for k, o in zip(*_lists(key, out), strict=True):
+            self.stored[k].copyto(o)
 
-def _task(key: int, nbytes: int):  # type: ignore[no-untyped-def]
-    from common.scheduler import Task
-
-    return Task(f"l{key}", key, nbytes)
+    def _barrier(self) -> None:
+        pass
 
 
-def test_sequencer_admits_the_same_sequence_whatever_the_ready_timing() -> None:
-    config = Config(partition_bytes=4096, credit_bytes=8192)
-    sizes = [12288, 4096, 8192, 20000, 4096, 16384]
-    backward = list(reversed(range(6)))
-    reference = _run(backward, config, sizes)
-    assert len(reference) == sum(-(-s // 4096) for s in sizes)
-    for seed in range(5):
-        jittered = backward[:]
-        random.Random(seed).shuffle(jittered)
-        assert _run(jittered, config, sizes) == reference
-    # head (credit 8 KiB) in backward order, then forward order from layer 0
-    assert reference[:2] == [("l5", 0), ("l5", 1)]
-    assert reference[len(reference) - sum(-(-s // 4096) for s in sizes[:5]):][:3] == [
-        ("l0", 0), ("l0", 1), ("l0", 2)]
+def _scale(array: Any, factor: int) -> None:
+    """Multiply a float32 array in place, on its memory (inside an engine op: no waiting)."""
+    from mxnet.base import _LIB, check_call
+
+    pointer = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
+    data = (ctypes.c_float * array.size).from_address(pointer.value)
+    np.frombuffer(data, dtype=np.float32)[:] *= factor
 
 
-def test_sequencer_groups_are_cut_at_program_points_only() -> None:
-    """With an expected set, no timer closes a group: an idle pause on one worker must not cut
-    its group differently from the others'. A key outside the set gets a group of its own."""
-    started: list[str] = []
-    sched = Scheduler(Config(), start=lambda c: started.append(c.task.name))
-    seq = Sequencer(sched, plan=lambda es: [e.key for e in reversed(es)], idle_s=0.001)
-    sched.begin_step(1)
-    seq.begin_step(1, frozenset({"a", "b"}))
-    a = seq.issue(Entry("a", "a", 0, 4, 4, 1))
-    seq.gate_fired(a, 0, lambda: None)
-    import time
-
-    time.sleep(0.05)
-    assert started == []  # still open: "b" is expected
-    b = seq.issue(Entry("b", "b", 1, 4, 4, 1))
-    assert started == []  # closed, plan is b then a, b's gate has not fired
-    seq.gate_fired(b, 0, lambda: None)
-    assert started == ["b", "a"]
-    x = seq.issue(Entry("x", "x", 2, 4, 4, 1))
-    seq.gate_fired(x, 0, lambda: None)
-    assert started == ["b", "a", "x"]
-    seq.stop()
+def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
+    return (list(key), list(value)) if isinstance(key, list) else ([key], [value])
 
 
-def test_sequencer_closes_a_group_that_is_never_completed() -> None:
-    started: list[str] = []
-    sched = Scheduler(Config(), start=lambda c: started.append(c.task.name))
-    seq = Sequencer(sched, plan=lambda es: [e.key for e in es], idle_s=0.01)
-    sched.begin_step(1)
-    seq.begin_step(1, None)  # plain kvstore use, first step: no expected set yet
-    entry = seq.issue(Entry("a", "a", 0, 4, 4, 1))
-    seq.gate_fired(entry, 0, lambda: None)
-    import time
+@pytest.fixture
+def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    import autobyte_mx
+    import autobyte_mx.kvstore
 
-    deadline = time.monotonic() + 5
-    while not started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    seq.stop()
-    assert started == ["a"]
+    fake = FakeNative()
+    monkeypatch.setattr(mx.kv, "create", lambda name: fake)
+    monkeypatch.setattr(autobyte_mx.kvstore, "check_environment", lambda: None)
+    stores: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        store = autobyte_mx.AutoByte(tuner="none", **options)
+        stores.append(store)
+        return store, fake
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+def _train(store: Any, steps: list[Config | None], rng: np.random.RandomState) -> None:
+    """Trainer-like steps (all keys, name order); checks every output is the workers' sum."""
+    for new in steps:
+        grads = [mx.nd.array(rng.rand(*shape).astype(np.float32)) for shape in SHAPES]
+        want = [g.asnumpy() * 3 for g in grads]
+        for key in sorted(range(len(SHAPES)), key=str):
+            store.pushpull(key, grads[key])
+        for key, (grad, expect) in enumerate(zip(grads, want, strict=True)):
+            assert np.array_equal(grad.asnumpy(), expect), f"key {key} at {store.config}"
+        if new is not None:
+            store.reconfigure(new)
+
+
+def test_kvstore_fuses_splits_and_switches_with_exact_sums(fake_store) -> None:  # type: ignore[no-untyped-def]
+    store, fake = fake_store(partition_bytes="4KiB", credit_bytes="8KiB")
+    names = [f"net_l{i}" for i in range(len(SHAPES))]
+    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
+    params = [mx.nd.ones(shape) for shape in SHAPES]
+    for key, param in enumerate(params):
+        store.broadcast(key, param, out=param)
+    big = Config(partition_bytes="1MiB", credit_bytes="4MiB")
+    native = Config(scheduling=False)
+    _train(store, [None, big, None, native, None, Config(partition_bytes="4KiB",
+                                                         credit_bytes="8KiB"), None, None],
+           np.random.RandomState(0))
+    mx.nd.waitall()
+    stats = store.step_stats()
+    seen = {}
+    for s in stats:  # a request lands two steps later (it rides the next control key)
+        blocks = sorted(c.tensor for c in s.chunks)
+        kind = s.config.partition_bytes if s.config.scheduling else "native"
+        seen[kind] = True
+        if kind == 4096:  # split and fused
+            assert len(blocks) == 6 and "net_l0+3" in blocks, blocks
+        elif kind == 1 << 20:  # one block
+            assert blocks == ["net_l0+4"]
+        else:  # each tensor whole
+            assert blocks == sorted(names)
+    assert len(seen) == 3
+    assert all(s.comm_s > 0 and s.bytes_up == 24488 for s in stats)
+    assert all(len(s.grad_ready_s) == len(SHAPES) for s in stats)
+    # native sends the caller's arrays: one whole key per tensor, no AutoByte buffers
+    whole_keys = {k for keys in fake.pushed for k in keys if len(keys) == 1}
+    assert len(whole_keys) >= len(SHAPES)
+
+
+def test_kvstore_pull_flushes_an_open_block_and_reads_the_last_sum(fake_store) -> None:  # type: ignore[no-untyped-def]
+    store, _ = fake_store(partition_bytes="1MiB", credit_bytes="1MiB")
+    store.attach_trainer(names=["a", "b"], forward=["a", "b"], active=[0, 1])
+    for key in (0, 1):
+        store.init(key, mx.nd.zeros((4,)))
+    a, b = mx.nd.ones((4,)), mx.nd.ones((4,)) * 2
+    store.pushpull(0, a)
+    store.pushpull(1, b)  # step 1: both keys, one block
+    got = mx.nd.zeros((4,))
+    store.pull(1, out=got)
+    assert got.asnumpy().tolist() == [6.0] * 4
+    store.pushpull(0, mx.nd.ones((4,)) * 5)  # step 2: "b" is not pushed
+    out = mx.nd.zeros((4,))
+    store.pull(0, out=out)  # the block holding "a" and "b" is sent now
+    assert out.asnumpy().tolist() == [15.0] * 4
+    store.pull(1, out=got)  # "b" travelled with it but keeps its last sum
+    assert got.asnumpy().tolist() == [6.0] * 4
+    store.reconfigure(Config(partition_bytes="4KiB", credit_bytes="4KiB"))
+    for _ in range(3):  # still step 2, then steps 3 and 4: the request lands at step 4
+        store.push(1, mx.nd.ones((4,)))
+    store.pull(0, out=out)  # a pull before a's next push sees its last sum
+    assert out.asnumpy().tolist() == [15.0] * 4
+    store.pull(1, out=got)
+    assert got.asnumpy().tolist() == [3.0] * 4
+    assert store.config.partition_bytes == 4096
 
 
 # --- the MXNet side, in one process (no ps-lite) ------------------------------------------
