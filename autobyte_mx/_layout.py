@@ -14,7 +14,7 @@ workers' keys agree without any exchange. Key 0 is the control key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,27 +171,66 @@ class Group:
 class Groups:
     """Every group made so far, by layout id and member keys, and the next free native key.
 
-    ``zeros(size, dtype)`` makes a buffer. A group made once is kept: switching back to a
-    layout costs nothing.
+    ``zeros(size, dtype)`` makes a buffer; ``init(groups)`` gives new groups' keys to the
+    native kvstore (a barrier: at the same program point on every worker). A group made once
+    is kept, so switching back to a layout costs nothing.
     """
 
-    def __init__(self, *, zeros: Callable[[int, Any], Any]) -> None:
+    def __init__(self, *, zeros: Callable[[int, Any], Any],
+                 init: Callable[[list[Group]], None]) -> None:
         self._zeros = zeros
+        self._init = init
         self._groups: dict[tuple[int, tuple[Hashable, ...]], Group] = {}
+        self._mains: dict[tuple[int, frozenset[Hashable], int], Group] = {}
+        self._order = 0
         self._next_key = CONTROL_KEY + 1
 
     def __len__(self) -> int:
         return len(self._groups)
 
-    def get(self, config: Config, tensors: Sequence[Tensor]) -> tuple[Group, bool]:
-        """The group of ``tensors`` (forward order) under ``config``'s layout, and whether it
-        is new (its keys still need the native ``init``, at the same point on every worker)."""
+    def get(self, config: Config, tensors: Sequence[Tensor], *, init: bool = True) -> Group:
+        """The group of ``tensors`` (forward order) under ``config``'s layout; a new one's
+        keys are initialised unless ``init`` is False (the caller fills and inits it)."""
         index = (layout_id(config), tuple(t.key for t in tensors))
         group = self._groups.get(index)
-        if group is not None:
-            return group, False
-        group = Group(gid=len(self._groups), tensors=tensors, config=config,
-                      first_key=self._next_key, zeros=self._zeros)
-        self._next_key += len(group.buffers)
-        self._groups[index] = group
-        return group, True
+        if group is None:
+            group = Group(gid=len(self._groups), tensors=tensors, config=config,
+                          first_key=self._next_key, zeros=self._zeros)
+            self._next_key += len(group.buffers)
+            self._groups[index] = group
+            if init:
+                self._init([group])
+        return group
+
+    def whole(self, tensor: Tensor, *, init: bool = True) -> Group:
+        """The tensor's own native key (the layout of scheduling off)."""
+        return self.get(_NATIVE, [tensor], init=init)
+
+    def of(self, tensor: Tensor, main: Group | None, config: Config) -> Group:
+        """``main`` if it holds the tensor, else the tensor's own group under ``config``."""
+        if main is not None and tensor.key in main.index:
+            return main
+        return self.get(config, [tensor])
+
+    def main(self, config: Config, expected: frozenset[Hashable] | None,
+             tensors: Mapping[Hashable, Tensor]) -> Group | None:
+        """The group of the ``expected`` keys (those pushed every step) in forward order, or
+        None with scheduling off; cached per layout, key set and forward order."""
+        if not config.scheduling or not expected:
+            return None
+        index = (config.partition_bytes, expected, self._order)
+        group = self._mains.get(index)
+        if group is None:
+            members = sorted((tensors[k] for k in expected if k in tensors),
+                             key=lambda t: t.layer)
+            if not members:
+                return None
+            group = self._mains[index] = self.get(config, members)
+        return group
+
+    def order_changed(self) -> None:
+        """Tensors were added or the forward order changed: main groups are looked up anew."""
+        self._order += 1
+
+
+_NATIVE = Config(scheduling=False)

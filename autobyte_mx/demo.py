@@ -26,16 +26,28 @@ if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
 import numpy as np
 
 from common.config import Config
-from common.progress import WindowMeter, emit, sweep_config, worker_args
+from common.progress import NATIVE, WindowMeter, emit, sweep_config, worker_args
 
 mx = import_mxnet()
 import autobyte_mx  # noqa: E402
 
 CLASSES = 10
+ZOO = {"mobilenetv2": "mobilenetv2_1.0", "resnet": "resnet34_v1"}  # Gluon model zoo names
+
+
+def input_shape(name: str) -> tuple[int, int, int]:
+    return (3, 32, 32) if name in ZOO else (1, 28, 28)
 
 
 def build_model(name: str = "cnn") -> Any:
-    """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M)."""
+    """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M);
+    mobilenetv2 (2.2 M, 160 tensors) and resnet (ResNet-34, 21.3 M, 110 tensors) from the
+    Gluon model zoo, BatchNorm-heavy models the meta-network never trained on."""
+    if name == "densenet":
+        raise SystemExit("autobyte_mx.demo: densenet is TensorFlow's only (the Gluon model "
+                         "zoo's DenseNet-121 needs 224x224 inputs); use mobilenetv2 or resnet")
+    if name in ZOO:
+        return mx.gluon.model_zoo.vision.get_model(ZOO[name], classes=CLASSES)
     nn = mx.gluon.nn
     net = nn.HybridSequential()
     if name == "cnn":
@@ -61,11 +73,16 @@ def main(argv: list[str] | None = None) -> None:
     net = build_model(args.model)
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())  # type: ignore[attr-defined]
     net.hybridize(static_alloc=True, static_shape=True)  # type: ignore[attr-defined]
-    if args.baseline:  # MXNet's own dist_sync
-        store: Any = mx.kv.create("dist_sync")  # type: ignore[attr-defined]
+    if args.local:  # compute alone: every worker trains on its own, no kvstore
+        store: Any = None
         window = args.window or Config.from_env().window_steps
-        describe: Callable[[], str] = functools.partial(str, "baseline (dist_sync)")
-        tuning: Any = "off (baseline)"
+        describe: Callable[[], str] = functools.partial(str, "compute alone")
+        tuning: Any = "off (compute alone)"
+    elif args.baseline:  # MXNet's own dist_sync
+        store = mx.kv.create("dist_sync")  # type: ignore[attr-defined]
+        window = args.window or Config.from_env().window_steps
+        describe = functools.partial(str, "baseline (dist_sync)")
+        tuning = "off (baseline)"
     else:
         store = autobyte_mx.AutoByte(model_name=f"demo_{args.model}")
         window = args.window or store.config.window_steps
@@ -73,14 +90,22 @@ def main(argv: list[str] | None = None) -> None:
         tuning = store.tuning.enabled or store.tuning.why_disabled
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd",  # type: ignore[attr-defined]
                                {"learning_rate": 0.01, "momentum": 0.9}, kvstore=store)
-    rank, workers = store.rank, store.num_workers
+    if store is None:
+        rank = int(os.environ.get("AUTOBYTE_RANK", "0"))
+        workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
+    else:
+        rank, workers = store.rank, store.num_workers
     rng = np.random.default_rng(rank)
-    xs = [mx.nd.array(rng.normal(size=(args.batch, 1, 28, 28)).astype("float32"))
+    xs = [mx.nd.array(rng.normal(size=(args.batch, *input_shape(args.model))).astype("float32"))
           for _ in range(8)]
     ys = [mx.nd.array(rng.integers(0, CLASSES, args.batch)) for _ in range(8)]
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    net(xs[0]).wait_to_read()  # shapes the zoo's deferred parameters
+    params = [p for p in net.collect_params().values()  # type: ignore[attr-defined]
+              if p.grad_req != "null"]
+    gradient_bytes = sum(p.data().size * np.dtype(p.dtype).itemsize for p in params)
     emit("start", framework="mxnet", rank=rank, workers=workers, steps=args.steps,
-         model=args.model, config=describe(), tuning=tuning)
+         model=args.model, config=describe(), tuning=tuning, gradient_bytes=gradient_bytes)
     meter = WindowMeter(args.batch * workers)
     for step in range(1, args.steps + 1):
         meter.begin()
@@ -92,14 +117,19 @@ def main(argv: list[str] | None = None) -> None:
         loss.wait_to_read()  # this step's compute is done (its communication overlaps on)
         if rank == 0:
             meter.end(step, window, describe())
-        knobs = None if args.baseline else sweep_config(args.sweep, args.sweep_steps, step)
-        if knobs is not None:
+        knobs = None if store is None or args.baseline else \
+            sweep_config(args.sweep, args.sweep_steps, step)
+        if knobs == NATIVE:
+            store.reconfigure(store.config.replace(scheduling=False))
+        elif knobs is not None:
             store.reconfigure(store.config.replace(partition_bytes=knobs[0],
-                                                   credit_bytes=knobs[1]))
+                                                   credit_bytes=knobs[1], scheduling=True))
     mx.nd.waitall()
     checksum = float(sum(np.sum(p.data().asnumpy(), dtype=np.float64)
                          for p in net.collect_params().values()))  # type: ignore[attr-defined]
     emit("done", rank=rank, steps=args.steps, config=describe(), checksum=checksum)
+    if store is None:
+        return
     if args.baseline:
         store._barrier()  # native KVStore's barrier (Gluon's Trainer calls it the same way)
     else:

@@ -38,6 +38,7 @@ import numpy
 from mxnet.kvstore import KVStoreBase
 
 from autobyte_mx import _engine
+from autobyte_mx._blocks import block_rows, push_blocks
 from autobyte_mx._checks import check_environment
 from autobyte_mx._control import SLOTS, decode, encode
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
@@ -109,11 +110,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._recorder = StepRecorder()
         self._watchdog = Watchdog(_timeout(timeout), describe=self._describe)
         self._tensors: dict[Hashable, Tensor] = {}
-        self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype))
+        self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype),
+                              init=self._native_init)
         self._main: Group | None = None  # the group of the expected keys in this step
-        self._mains: dict[tuple[int, frozenset[Hashable], int], Group] = {}
         self._rounds: dict[int, Round] = {}  # group id -> its latest round in this step
-        self._order_version = 0
         self._step = 0
         self._issued: set[Hashable] = set()
         self._expected: frozenset[Hashable] | None = None
@@ -258,7 +258,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             if k in self._tensors:
                 raise ConfigError(f"key {k!r} is already initialised")
             tensor = self._tensors[k] = self._new_tensor(k, v)
-            group = self._whole(tensor, init=False)
+            group = self._groups.whole(tensor, init=False)
             group.copy_in(0, v)
             tensor.home = group
             groups.append(group)
@@ -272,7 +272,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self.init(keys if isinstance(key, (list, tuple)) else keys[0],
                   values if isinstance(key, (list, tuple)) else values[0])
         for k, targets in zip(keys, outs, strict=True):
-            group = self._whole(self._tensors[k])
+            group = self._groups.whole(self._tensors[k])
             self._kv.pull(group.keys, out=group.arrays, priority=priority)
             for target in targets:
                 group.copy_out(0, target, mx.nd.concat)
@@ -321,7 +321,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if not self._config.scheduling:
             self._issue_whole(tensor, value, targets, priority)
             return
-        group = self._group_of(tensor)
+        group = self._groups.of(tensor, self._main, self._config)
         member = group.index[key]
         rnd = self._rounds.get(group.gid)
         if rnd is None or not rnd.open or member in rnd.issued:
@@ -333,31 +333,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._close(rnd, rnd.issue(member, targets), priority)
 
     def _close(self, rnd: Round, blocks: list[int], priority: int) -> None:
-        """Push the blocks' gates, their native pushpull and completions, then the copies
-        back of every member whose blocks are now all closed. Members of a flushed block
-        that were not issued travel too (every worker sends the same keys) and get their
-        slots back afterwards, so their last sum stays where a pull reads it."""
-        if not blocks:
-            return
-        group = rnd.group
-        self._count(rnd.step, len(blocks))  # before the pushes: a block may finish at once
-        saved = [(slot.view.copy(), slot.view) for b in blocks for m in rnd.missing(b)
-                 for slot in group.slots[m] if slot.block == b]
-        arrays = [group.buffers[b].array for b in blocks]
-        for block, array in zip(blocks, arrays, strict=True):
-            _engine.push_async(functools.partial(self._sequencer.gate_fired, rnd, block),
-                               mutable=[array], priority=priority)
-        self._kv.pushpull([group.buffers[b].key for b in blocks], arrays,
-                          priority=COMM_PRIORITY)
-        for block, array in zip(blocks, arrays, strict=True):
-            _engine.push_callback(functools.partial(self._send_done, rnd.sends[block]),
-                                  const=[array], priority=COMM_PRIORITY)
-        for copy, view in saved:
-            copy.copyto(view)
-        for member in rnd.finished_members(blocks):
-            for target in rnd.targets[member]:
-                group.copy_out(member, target, mx.nd.concat)
-            group.tensors[member].home = group
+        if blocks:
+            self._count(rnd.step, len(blocks))  # before the pushes: a block may finish at once
+            push_blocks(rnd, blocks, pushpull=self._pushpull_blocks,
+                        gate_fired=self._sequencer.gate_fired, done=self._send_done,
+                        priority=priority, comm_priority=COMM_PRIORITY)
+
+    def _pushpull_blocks(self, keys: list[int], arrays: list[Any]) -> None:
+        self._kv.pushpull(keys, arrays, priority=COMM_PRIORITY)
 
     def _flush(self, tensor: Tensor | None = None) -> None:
         """Close the open rounds of this step (only the one holding ``tensor``'s issued
@@ -375,7 +358,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         array into its outputs as ``dist_sync`` does for the Trainer (no copies through our
         buffers; MXNet's engine orders the reads and writes); a plain push goes through the
         tensor's own buffer. No gate: the tensor goes when its gradient is ready."""
-        group = self._whole(tensor)
+        group = self._groups.whole(tensor)
         self._count(self._step, 1)
         self._watchdog.started()
         ready = self._stamp(tensor, value, priority)
@@ -476,7 +459,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._issued = set()
         self._rounds = {}
         self._scheduler.begin_step(self._step)
-        self._main = self._main_group(expected)
+        self._main = self._groups.main(self._config, expected, self._tensors)
         self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
         self._push_control()
         self._feed()
@@ -485,7 +468,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """Move finished blocks from the scheduler's trace to the step recorder."""
         trace = self._scheduler.drain_trace()
         if trace:
-            self._recorder.chunks(_block_rows(trace))
+            self._recorder.chunks(block_rows(trace))
 
     def _feed(self) -> None:
         """Hand the steps finished since the last call to the tuning agent, in step order."""
@@ -554,42 +537,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                        key=lambda it: (self._forward.get(it[1].name, hinted), it[0]))
         for layer, (_, tensor) in enumerate(order):
             tensor.layer = layer
-        self._order_version += 1
-
-    def _whole(self, tensor: Tensor, *, init: bool = True) -> Group:
-        """The tensor's own native key (made by ``init``)."""
-        group, new = self._groups.get(self._config.replace(scheduling=False), [tensor])
-        if new and init:
-            self._native_init([group])
-        return group
-
-    def _group_of(self, tensor: Tensor) -> Group:
-        """The step's fused group if the tensor is expected, else a group of its own."""
-        main = self._main
-        if main is not None and tensor.key in main.index:
-            return main
-        group, new = self._groups.get(self._config, [tensor])
-        if new:
-            self._native_init([group])
-        return group
-
-    def _main_group(self, expected: frozenset[Hashable] | None) -> Group | None:
-        """The group of the keys pushed every step, in forward order, under the layout in
-        force (made here, at a step boundary, when first needed)."""
-        if not self._config.scheduling or not expected:
-            return None
-        index = (self._config.partition_bytes, expected, self._order_version)
-        group = self._mains.get(index)
-        if group is None:
-            members = sorted((self._tensors[k] for k in expected if k in self._tensors),
-                             key=lambda t: t.layer)
-            if not members:
-                return None
-            group, new = self._groups.get(self._config, members)
-            if new:
-                self._native_init([group])
-            self._mains[index] = group
-        return group
+        self._groups.order_changed()
 
     def _native_init(self, groups: list[Group]) -> None:
         keys = [k for g in groups for k in g.keys]
@@ -600,17 +548,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _describe(self) -> str:
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
                 f"{self._scheduler.inflight_bytes} bytes in flight")
-
-
-def _block_rows(trace: list[Send]) -> Iterable[tuple[int, str, int, int, int, float, float,
-                                                        float]]:
-    for send in trace:
-        rnd, block = send.tag, send.block.index
-        assert isinstance(rnd, Round) and send.t_start is not None and send.t_done is not None
-        ready = rnd.t_gate[block]
-        yield (send.step, rnd.group.buffers[block].name, block, rnd.position[block],
-               send.nbytes, send.t_start if ready is None else ready, send.t_start,
-               send.t_done)
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:

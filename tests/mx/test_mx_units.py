@@ -39,16 +39,22 @@ def _zeros(size: int, dtype: Any) -> Any:
     return mx.nd.zeros((size,), dtype=dtype)
 
 
+def _group(tensors: list[Tensor], partition: int = 4096) -> Any:
+    return Groups(zeros=_zeros, init=list).get(
+        Config(partition_bytes=partition, credit_bytes=partition), tensors)
+
+
 SHAPES = [(3, 700), (10,), (5,), (2, 2000), (7,)]  # 8400 B, 40 B, 20 B, 16000 B, 28 B
 
 
 @pytest.mark.parametrize("partition", [4096, 1 << 20])
 def test_group_maps_each_segment_to_a_slice_of_its_block_buffer(partition: int) -> None:
     tensors = _tensors(*SHAPES)
-    groups = Groups(zeros=_zeros)
+    made: list[Any] = []
+    groups = Groups(zeros=_zeros, init=made.extend)
     config = Config(partition_bytes=partition, credit_bytes=partition)
-    group, new = groups.get(config, tensors)
-    assert new and groups.get(config, tensors) == (group, False)
+    group = groups.get(config, tensors)
+    assert made == [group] and groups.get(config, tensors) is group and len(made) == 1
     total = sum(t.nbytes for t in tensors)
     assert [b.array.shape[0] * 4 for b in group.buffers] == [b.nbytes for b in
                                                             group.layout.blocks]
@@ -72,14 +78,13 @@ def test_group_maps_each_segment_to_a_slice_of_its_block_buffer(partition: int) 
         group.copy_out(member, out, mx.nd.concat)
         assert np.array_equal(out.asnumpy(), value.asnumpy())
     # another layout takes the next keys; the native one has one whole key per tensor
-    other, _ = groups.get(Config(scheduling=False), tensors[:1])
+    other = groups.whole(tensors[0])
     assert other.layout_id == WHOLE and other.keys == [group.keys[-1] + 1]
     assert other.slots[0][0].view is other.buffers[0].array
 
 
 def test_block_name_counts_the_fused_members() -> None:
-    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
-                                        _tensors((3000,), (2,)))
+    group = _group(_tensors((3000,), (2,)))
     assert [block_name(["a", "b"], b) for b in group.layout.blocks] == ["a", "a", "a+1"]
 
 
@@ -113,8 +118,7 @@ def _release(fire: list[int], group: Any, order: list[int], credit: int) -> list
 
 
 def test_blocks_are_admitted_in_one_sequence_whatever_the_ready_timing() -> None:
-    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
-                                        _tensors(*SHAPES))
+    group = _group(_tensors(*SHAPES))
     order = issue_order(group.layout, head_bytes=8000)
     assert order == [5, 4, 0, 1, 2, 3]  # a head in backward order, then forward order
     backward = list(reversed(range(len(group.buffers))))
@@ -127,8 +131,7 @@ def test_blocks_are_admitted_in_one_sequence_whatever_the_ready_timing() -> None
 
 
 def test_a_round_closes_a_block_once_all_its_members_are_issued() -> None:
-    group, _ = Groups(zeros=_zeros).get(Config(partition_bytes=4096, credit_bytes=4096),
-                                        _tensors(*SHAPES))
+    group = _group(_tensors(*SHAPES))
     seq = Sequencer(Scheduler(Config(), start=lambda send: None))
     rnd = seq.new_round(group, 1, list(range(len(group.buffers))))
     assert rnd.issue(1, ["out1"]) == []  # block 2 waits for l0, l2, l3
