@@ -3,7 +3,7 @@
 Scheduling has to happen *inside* MXNet's dependency engine: every operation of a step (copy,
 gate, network, copy back) is pushed at once, in order, so the engine keeps its read/write
 dependencies and the next forward pass waits per layer. Only the gate's completion is
-deferred until the scheduler admits the chunk. An async gate occupies no engine thread while
+deferred until the scheduler admits the block. An async gate occupies no engine thread while
 it waits; its completion may be signalled from any thread.
 """
 

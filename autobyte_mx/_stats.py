@@ -138,11 +138,11 @@ class StepRecorder:
                 self._open.pop(min(self._open))
             rec.cost += self._clock() - t0
 
-    def issued(self, step: int, pieces: int) -> None:
+    def issued(self, step: int, blocks: int) -> None:
         with self._lock:
             rec = self._open.get(step)
             if rec is not None:
-                rec.issued += pieces
+                rec.issued += blocks
 
     def chunk(self, step: int, tensor: str, index: int, position: int, nbytes: int, ready: float,
               start: float, done: float) -> None:
@@ -180,7 +180,7 @@ class StepRecorder:
     def finished(self) -> list[_Open]:
         """Steps that became complete since the last call, oldest first, each once (they stay
         available to ``drain``). Steps come in order: the oldest incomplete step holds the
-        later ones back, unless it is ``_STALL_STEPS`` behind (a chunk record was lost); it is
+        later ones back, unless it is ``_STALL_STEPS`` behind (a block record was lost); it is
         then passed over for good."""
         out: list[_Open] = []
         with self._lock:

@@ -12,6 +12,9 @@ stay intact and the next forward pass waits per layer, overlapping the rest of t
 communication. With scheduling off (the native candidate) a tensor goes whole, straight from
 the caller's array into its outputs, as native ``dist_sync`` sends it.
 
+A fused key's outputs are written once its block closes: when every member has been pushed
+(the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
+
 The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
 keys carry no optimizer state and the partition size can change between steps.
 
@@ -395,7 +398,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._watchdog.finished()
         self._pace.finished(send.nbytes)
         self._scheduler.done(send)
-        self._piece_done(send.step)
+        self._block_done(send.step)
 
     def _whole_done(self, step: int, tensor: Tensor, t0: float, position: int,
                     ready: list[float]) -> None:
@@ -403,14 +406,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         now = self._recorder_clock()
         start = ready[0] or t0  # the transfer starts once the gradient is ready
         self._recorder.chunk(step, tensor.name, 0, position, tensor.nbytes, start, start, now)
-        self._piece_done(step)
+        self._block_done(step)
 
     def _count(self, step: int, blocks: int) -> None:
         self._recorder.issued(step, blocks)
         with self._progress:
             self._unfinished[step] = self._unfinished.get(step, 0) + blocks
 
-    def _piece_done(self, step: int) -> None:
+    def _block_done(self, step: int) -> None:
         with self._progress:
             left = self._unfinished.get(step, 0) - 1
             if left > 0:

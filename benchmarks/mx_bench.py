@@ -15,7 +15,7 @@ Prints one table: median step time per job (of --steps after --warmup) and the r
         [--rates 100mbit,1gbit] [--steps 8] [--warmup 2] [--batch 16] [--rounds 1]
 
 MXBENCH_DUMP=1 makes AutoByte workers print one step's statistics (plan head, gradient-ready
-times, chunk timeline) for diagnosis.
+times, block timeline), and the driver shows them, for diagnosis.
 """
 
 from __future__ import annotations
@@ -142,6 +142,11 @@ def run_job(testbed: Any, model: str, kind: str, partition: str, credit: str,
     rows = [json.loads(line[len(RESULT):])
             for p in result.processes.values() for line in p.output.splitlines()
             if line.startswith(RESULT)]
+    if os.environ.get("MXBENCH_DUMP"):
+        for name, p in result.processes.items():
+            for line in p.output.splitlines():
+                if line.startswith("DUMP"):
+                    print(f"  {model}/{kind} {name} {line}", flush=True)
     return {"median_s": max(r["median_s"] for r in rows),  # the slower worker sets the pace
             "params_bytes": rows[0]["params_bytes"],
             "stats_s": max(r.get("stats_s_per_step", 0.0) for r in rows)}
