@@ -1,4 +1,4 @@
-"""Discrete-event simulator of data-parallel training that drives the real scheduler.
+"""Discrete-event simulator of data-parallel training that drives the shared plan (common.plan).
 
     from common.sim import get_profile, simulate
     result = simulate(get_profile("resnet50"), Config(partition_bytes="4MB", credit_bytes="16MB"),
