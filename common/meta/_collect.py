@@ -49,7 +49,8 @@ K = 1024
 # per-worker step time of the demo models without communication (s), and their gradient
 # bytes (measured here: cnn 0.85 MB in 4 layers; mlp and deep from their parameter counts)
 _COMPUTE_S = 0.04
-MODEL_BYTES = {"cnn": 0.85e6, "mlp": 12.8e6, "deep": 4.8e6}
+MODEL_BYTES = {"cnn": 0.85e6, "mlp": 12.8e6, "deep": 4.8e6, "mobilenetv2": 9.0e6,
+               "densenet": 28.2e6, "resnet": 90e6}
 SMALL_PARTITION = 16 * K
 
 
