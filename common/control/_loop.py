@@ -27,6 +27,11 @@ adaptation clears the measurements); a configuration measured slower than native
 otherwise lead the job back after every adaptation). The decision log says when the guard
 acted.
 
+When the configuration in force runs three times faster or slower than the job measured it,
+the conditions changed (a link rate): all earlier measurements are cleared at once, also where
+the trigger may not ask the predictor to adapt yet (its cooldown), so no stale measurement
+lures the job back.
+
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features of every complete window,
 those not decided on included, before ``propose``),
@@ -57,6 +62,7 @@ __all__ = ["TunerLike", "TuningLoop"]
 log = logging.getLogger(__name__)
 
 _Knobs = tuple[int, int, bool]
+CHANGED = 3.0  # a speed this many times off its own measurement: conditions changed
 
 
 class TunerLike(Protocol):
@@ -157,6 +163,7 @@ class TuningLoop:
                                       "a newer window is already here: measured, not "
                                       "decided on"})
             return None
+        self._check_conditions(obs)
         predicted_current = self._predict_current(obs)
         self._remember(obs)
         candidates = self._candidates(obs)
@@ -197,6 +204,22 @@ class TuningLoop:
         """Mean observed speed of ``config`` in this job (recent windows), None if never run."""
         speeds = self._history.get(knobs(config))
         return statistics.fmean(speeds) if speeds else None
+
+    def _check_conditions(self, obs: Observation) -> None:
+        """A configuration running ``CHANGED`` times faster or slower than this job measured
+        it means the conditions changed (a link rate): every speed measured before describes
+        another job, so it goes, with the trigger's memory and the tuner's observations,
+        whether or not the predictor may adapt yet."""
+        past = self.measured(obs.config)
+        if past is None or past <= 0 or 1 / CHANGED <= obs.speed / past <= CHANGED:
+            return
+        self._history.clear()
+        self._vetoed.clear()
+        self.trigger.reset()
+        self._call("reset")
+        self.log.write("event", {"event": "conditions_changed", "config": obs.config,
+                                 "speed": obs.speed, "measured_before": past,
+                                 "reason": "measurements cleared"})
 
     @property
     def native(self) -> Config:

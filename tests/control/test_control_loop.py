@@ -266,3 +266,19 @@ def test_guard_waits_to_measure_native_until_the_switch_is_cheap_for_the_job() -
     guarded = next(i for i, d in enumerate(decisions, 1) if d is not None)
     assert not decisions[guarded - 1].config.scheduling  # native, once it is cheap enough
     assert 180 <= guarded <= 195  # 200 s trained: 10 s of it is 5%
+
+
+def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
+        tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B, C]),
+                      trigger=ThresholdTrigger(), decision_log=log)
+    _run(loop, 6)
+    current = loop.current
+    others = [c for c in (A, B, C) if knobs(c) != knobs(current)]
+    assert any(loop.measured(c) is not None for c in others)
+    loop.on_observation(observation(current, SPEED[knobs(current)] / 5, 100))
+    assert all(loop.measured(c) is None for c in others)  # measured under other conditions
+    assert loop.measured(current) == SPEED[knobs(current)] / 5
+    events = [r for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "conditions_changed"]
+    assert len(events) == 1 and events[0]["reason"] == "measurements cleared"

@@ -64,7 +64,8 @@ def test_online_bo_retunes_when_the_bandwidth_drops(tmp_path: Path) -> None:
     assert min(s for _, _, s in after) >= 0.9 * _optimum(surface, space, 100)
     assert knobs(before[-1][1]) != knobs(after[-1][1])
     records = read_log(tmp_path / "d.jsonl")
-    assert any(r.get("event") == "adapt" for r in records)
+    # the loop saw the change: the speed in force fell tenfold, so measurements were cleared
+    assert any(r.get("event") in ("adapt", "conditions_changed") for r in records)
     settled = [r["action"] for r in records if r["type"] == "window"][40:60]
     assert "explore" not in settled and "switch" not in settled
 
