@@ -34,7 +34,7 @@ from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer,
 from common.config import Config
 from common.control import TuningAgent
 
-__all__ = ["Controller", "SteppedFunction", "busy_seconds"]
+__all__ = ["Controller", "SteppedFunction"]
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,6 @@ class Controller:
         self._traced = False
         self._lock = threading.Lock()
         self._ready: dict[tuple[TensorInfo, ...], list[float]] = {}
-        self._done: dict[tuple[TensorInfo, ...], dict[int, float]] = {}
-        self._main_plans: dict[tuple[object, ...], Plan] = {}  # the gradients' plan per trace
-        self._link_bps = 0.0  # bytes/s over the link's busy time, from the last sampled step
         self._start = math.nan
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
@@ -135,8 +132,6 @@ class Controller:
             plan = make_plan(tensors, self._config, workers=self.workers,
                              bandwidth=self._bandwidth, backward_s=times)
             self._plans[key] = plan
-        if tensors == self._main:
-            self._main_plans[self.trace_key] = plan
         return plan
 
     def stamps(self) -> Controller | None:
@@ -152,10 +147,6 @@ class Controller:
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None:
         with self._lock:
             self._ready.setdefault(call, [math.nan] * len(call))[index] = when
-
-    def stamp_done(self, call: tuple[TensorInfo, ...], block: int, when: float) -> None:
-        with self._lock:
-            self._done.setdefault(call, {})[block] = when
 
     def stamp_start(self, when: float) -> None:
         self._start = when
@@ -184,7 +175,6 @@ class Controller:
         self._traced = False
         with self._lock:
             self._ready.clear()
-            self._done.clear()
         self._start = math.nan
         return _Step(sample=sample, rebuild=rebuild)
 
@@ -200,27 +190,13 @@ class Controller:
                 relative = [x - self._start for x in ready]
                 self.recorder.record_ready(relative)
                 layer_times = self._local_times = tuple(backward_times(relative))
-                self._measure_link(ready)
         if self.agent is not None:
             if layer_times is not None:
                 layer_times = tuple(per_layer(layer_times, self._layer_of))
-            comm_s = self._wire_bytes / self._link_bps if self._link_bps > 0 else 0.0
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
                                    bytes_up=self._wire_bytes, bytes_down=self._wire_bytes,
-                                   comm_s=comm_s, warmup=traced)
+                                   warmup=traced)
         self.step += 1
-
-    def _measure_link(self, ready: list[float]) -> None:
-        """The link's rate on a sampled step: the gradients' bytes over the time their blocks
-        were on the wire (a block from when it was ready and its lane free until it was
-        reduced), not over the step, which a slow configuration would stretch."""
-        plan = self._main_plans.get(self.trace_key)
-        done = self._done.get(self._main) if self._main is not None else None
-        if plan is None or done is None or len(done) != len(plan.order):
-            return
-        busy = busy_seconds(plan, ready, done)
-        if busy > 0:
-            self._link_bps = self._wire_bytes / busy
 
     def _agree(self) -> bool:
         """One broadcast from rank 0; True if this step must use a new plan."""
@@ -258,24 +234,6 @@ class Controller:
             self._plans.clear()
             self.generation += 1
         return rebuild
-
-
-def busy_seconds(plan: Plan, ready: list[float], done: dict[int, float]) -> float:
-    """Length of the union of the blocks' time on the wire (see ``Controller._measure_link``).
-    ``ready``: each tensor's ready time; ``done``: each block's reduced time."""
-    intervals = []
-    for j, index in enumerate(plan.order):
-        block = plan.layout.blocks[index]
-        start = max(ready[t] for t in block.tensors)
-        if j >= plan.lanes:  # the block before it on its lane must be done
-            start = max(start, done[plan.order[j - plan.lanes]])
-        intervals.append((start, max(start, done[index])))
-    total, reach = 0.0, -math.inf
-    for a, b in sorted(intervals):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
 
 
 def _bytes(tensors: tuple[TensorInfo, ...]) -> int:

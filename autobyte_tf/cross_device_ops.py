@@ -36,8 +36,6 @@ class ReadyStamps(Protocol):
 
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None: ...
 
-    def stamp_done(self, call: tuple[TensorInfo, ...], block: int, when: float) -> None: ...
-
 
 class Planner(Protocol):
     """What the cross-device op asks of the strategy while tracing."""
@@ -83,7 +81,7 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         stamps = self._planner.stamps()
         device = self._devices[replica_id]
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
-            reduced = self._issue(flat, plan, replica_id, options, infos, stamps)
+            reduced = self._issue(flat, plan, replica_id, options)
             marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
@@ -93,8 +91,8 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 out.append(after(marks[i], r) if marks else r)
         return tf.nest.pack_sequence_as(value, out)
 
-    def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int, options: Any,
-               infos: tuple[TensorInfo, ...], stamps: ReadyStamps | None) -> list[Any]:
+    def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
+               options: Any) -> list[Any]:
         """Pack each block, create its collective in plan order, return each tensor whole."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
@@ -123,11 +121,6 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 instance_key=launcher._next_instance_key(),
                 ordering_token=[lanes[j % plan.lanes].handle], merge_op="Add", final_op="Id",
                 communication_hint=hint, timeout_seconds=timeout)
-            if stamps is not None:  # when the block is reduced, on sampled steps
-                out = reduced[index]
-                reduced[index] = after(gated_stamp(
-                    self._sampling, out[:1], _done_stamper(stamps, infos, index),
-                    f"autobyte_done{index}"), out)
         results: list[list[Any]] = [[] for _ in flat]
         for block in layout.blocks:
             out = reduced[block.index]
@@ -183,14 +176,6 @@ def gated_stamp(sampling: Any, first: Any, fn: Callable[[NDArray[Any]], np.int8]
         return tf.numpy_function(fn, [first], tf.int8, stateful=False, name=name)
 
     return tf.cond(sampling, stamp, lambda: tf.constant(0, tf.int8))
-
-
-def _done_stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],
-                  block: int) -> Callable[[NDArray[Any]], np.int8]:
-    def stamp(_: NDArray[Any]) -> np.int8:
-        stamps.stamp_done(infos, block, time.perf_counter())
-        return np.int8(0)
-    return stamp
 
 
 def _stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],

@@ -67,17 +67,3 @@ def test_bad_inputs_are_refused_with_the_value() -> None:
     with pytest.raises(ConfigError, match="bandwidth"):
         make_plan(tensors(4), config(4, 4), workers=2, bandwidth="fast",
                   backward_s=[1.0])
-
-
-def test_busy_time_is_the_union_of_the_blocks_time_on_the_wire() -> None:
-    from autobyte_tf.control import busy_seconds
-
-    plan = make_plan(tensors(4, 4, 4), config(4, 4), workers=2, bandwidth="1gbit")
-    assert plan.order == (2, 1, 0) and plan.lanes == 1
-    ready = [3.0, 1.5, 1.0]  # backward: tensor 2 first
-    done = {2: 2.0, 1: 2.5, 0: 4.0}
-    # block 2 on the wire 1.0-2.0, block 1 2.0-2.5 (its lane was busy), block 0 3.0-4.0
-    assert busy_seconds(plan, ready, done) == pytest.approx(2.5)
-    wide = make_plan(tensors(4, 4, 4), config(4, 12), workers=2, bandwidth="1gbit")
-    assert wide.lanes == 3  # overlapping blocks count once
-    assert busy_seconds(wide, ready, {2: 2.0, 1: 2.2, 0: 4.0}) == pytest.approx(2.2)
