@@ -16,6 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")  # gradients ready per layer
+# MKL-DNN keeps some parameters (MobileNetV2's depthwise kernels) in its own layout, and the
+# kvstore's init of AutoByte's buffers copied from them fails ("Check failed: !is_view")
+os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 
 from autobyte_mx._compat import import_mxnet
 
