@@ -33,6 +33,7 @@ from common.progress import NATIVE
 from common.units import parse_bytes, parse_rate
 
 WORKERS = 2
+SERVERS = 1  # MXNet jobs of common.bench run one server
 BATCH = 32  # per worker (the demo workers' default)
 COLUMNS = ["framework", "model", "rate", "rounds", "native", "autobyte", "autobyte/native",
            "best_fixed", "best_fixed/native", "grid_native", "bound", "autobyte/bound",
@@ -115,8 +116,10 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
     samples = WORKERS * BATCH
     compute_s = samples / local.mean_speed(first=window + 1)
     gradient = statistics.median(r["gradient_bytes"] for r in per_round)
-    comm_s = gradient * 2 * (WORKERS - 1) / WORKERS * 8 / link if framework == "tensorflow" \
-        else gradient * 8 / link  # PS: every byte up and down each worker's link
+    # bytes over the busiest link: a ring sends 2(n-1)/n of them per worker link; one server's
+    # link carries every worker's (n/s of them per server, as common.sim counts it)
+    factor = 2 * (WORKERS - 1) / WORKERS if framework == "tensorflow" else WORKERS / SERVERS
+    comm_s = gradient * factor * 8 / link
     bound = samples / max(compute_s, comm_s if math.isfinite(comm_s) else 0.0)
 
     def median(key: str) -> float:

@@ -22,7 +22,9 @@ The loop also guards against doing worse than nothing: native (the framework's o
 seconds: the first window's warm-up tells how many), and again after conditions change (an
 adaptation clears the measurements); a configuration measured slower than native beyond
 ``noise_band`` is never switched to, and one the job is on goes back to native after
-``guard_windows`` such windows. A configuration the guard left stays barred for
+``guard_windows`` such windows; when the guard's measurement of native comes out slower than
+the configuration it left, the job goes straight back (the trigger may still be waiting for
+its predictions to settle). A configuration the guard left stays barred for
 ``veto_windows`` windows, adaptations included (a predictor that keeps overrating it would
 otherwise lead the job back after every adaptation). The decision log says when the guard
 acted.
@@ -111,6 +113,7 @@ class TuningLoop:
         self._slow_windows = 0
         self._windows = 0
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
+        self._explored_from: Config | None = None  # where the guard's native measurement began
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -230,9 +233,18 @@ class TuningLoop:
         the trigger's verdict."""
         self._windows += 1
         native = self.measured(self.native)
+        left = self._explored_from
         if not self.current.scheduling:
             self._slow_windows = 0
+            self._explored_from = None
+            back = self.measured(left) if left is not None else None
+            if left is not None and native is not None and back is not None and \
+                    back > native * (1.0 + self.noise_band):
+                return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
+                               f"below the {back:.1f} of {left.describe()}: back to it",
+                               verdict.gain, verdict.error, verdict.adapt)
         elif native is None and self.switch_cost_s <= self.guard_budget * self.trained_s:
+            self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
         if verdict.action != "stay" and verdict.config.scheduling:

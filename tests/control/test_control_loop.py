@@ -282,3 +282,14 @@ def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
     assert loop.measured(current) == SPEED[knobs(current)] / 5
     events = [r for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "conditions_changed"]
     assert len(events) == 1 and events[0]["reason"] == "measurements cleared"
+
+
+def test_guard_returns_at_once_when_native_measures_slower_than_what_it_left() -> None:
+    # a model whose predictions are far off keeps the trigger waiting; the guard does not wait
+    predicted = {knobs(A): 400.0, knobs(B): 400.0, NATIVE: 400.0}
+    loop = TuningLoop(config=A, tuner=PredictingTuner(predicted, [A, B]),
+                      trigger=ThresholdTrigger())
+    applied = _run(loop, 10, {knobs(A): 150.0, knobs(B): 100.0, NATIVE: 100.0})
+    configs = [c for _, c in applied]
+    assert not configs[0].scheduling and configs[1] == A, configs
+    assert applied[1][0] - applied[0][0] <= 30  # one window on native, then the lead
