@@ -80,7 +80,6 @@ class Controller:
         self._resample = False
         self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
-        self.generation = 0  # bumped whenever the configuration changes
         self.agent = agent
         self._wire_bytes = 0  # bytes this worker sends per step for the gradients
         self._layer_of: list[int] = []  # layer of each gradient tensor, for the tuner
@@ -228,11 +227,7 @@ class Controller:
                     self.agent.set_config(new, step=self.step)
         if vector[4] == 1.0 and self._main is not None:
             self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
-            self._times_sent = True
-            self._plans.clear()  # traces made from now on plan with the times
-        if rebuild:
-            self._plans.clear()
-            self.generation += 1
+            self._times_sent = True  # plans made from now on use them (``plan_for``'s key)
         return rebuild
 
 

@@ -99,19 +99,15 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         hint = options.implementation.value
         timeout = float(options.timeout_seconds or 0.0)
         layout = plan.layout
-        # each tensor's flat view, cut at its segments (in element order)
-        pieces: list[list[Any]] = []
-        for i, t in enumerate(flat):
-            sizes = [s.size for _, s in layout.pieces_of(i)]
-            vector = tf.reshape(t, [-1])
-            pieces.append(tf.split(vector, sizes) if len(sizes) > 1 else [vector])
-        taken = [0] * len(flat)
-        inputs: dict[int, list[Any]] = {}
+        # each tensor's flat view cut at its segments; blocks hold them in element order
+        sizes: list[list[int]] = [[] for _ in flat]
         for block in layout.blocks:
-            inputs[block.index] = []
             for segment in block.segments:
-                inputs[block.index].append(pieces[segment.tensor][taken[segment.tensor]])
-                taken[segment.tensor] += 1
+                sizes[segment.tensor].append(segment.size)
+        pieces = [iter(tf.split(tf.reshape(t, [-1]), s) if len(s) > 1 else [tf.reshape(t, [-1])])
+                  for t, s in zip(flat, sizes, strict=True)]
+        inputs = {block.index: [next(pieces[s.tensor]) for s in block.segments]
+                  for block in layout.blocks}
         reduced: dict[int, Any] = {}
         for j, index in enumerate(plan.order):
             parts = inputs[index]

@@ -71,7 +71,7 @@ def make_plan(tensors: Sequence[TensorInfo], config: Config, *, workers: int,
     specs = [t.spec() for t in tensors]
     layout = make_layout(specs, config, arch="allreduce")
     order = issue_order(layout)
-    if backward_s is not None and not layout.native:
+    if backward_s is not None:
         times = [float(b) if math.isfinite(b) and b > 0 else 0.0 for b in backward_s]
         profile = Profile(name="measured", batch_size=1, layers=tuple(
             Layer(name=t.name, nbytes=t.nbytes, forward_s=b / 2, backward_s=b)

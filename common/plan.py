@@ -103,10 +103,6 @@ class Layout:
     blocks: tuple[Block, ...]
     native: bool
 
-    def pieces_of(self, tensor: int) -> list[tuple[Block, Segment]]:
-        """Tensor ``tensor``'s (block, segment) pairs, in element order."""
-        return [(b, s) for b in self.blocks for s in b.segments if s.tensor == tensor]
-
     @property
     def max_block_bytes(self) -> int:
         return max(b.nbytes for b in self.blocks)

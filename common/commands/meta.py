@@ -295,7 +295,7 @@ def _eval(args: argparse.Namespace) -> int:
     import numpy as np
 
     from common.meta import MetaModel
-    from common.tuners import NATIVE_BYTES, SearchSpace
+    from common.tuners import SearchSpace
 
     model = MetaModel.load(args.model)
     data = _load_sets([args.data])
@@ -323,13 +323,14 @@ def _eval(args: argparse.Namespace) -> int:
             _say(f"replaying {len(real.runs())} run(s), {name}:")
             got = evaluate_online(model, real, method=method, report=_say)
             print(f"testbed runs replayed window by window, {name}: {got.describe()}")
-    grid = np.array([*SearchSpace(), (NATIVE_BYTES, 1)])  # every candidate, native too
+    space = SearchSpace()
+    grid = np.array([space.encode(c) for c in space.configs()])  # every candidate, native too
     job = data.job(0)
-    model.predict(job, grid[:, 0], grid[:, 0] * grid[:, 1])  # compile once
+    model.predict(job, grid[:, 0], grid[:, 1])  # compile once
     times = []
     for _ in range(30):
         t = time.perf_counter()
-        model.predict(job, grid[:, 0], grid[:, 0] * grid[:, 1])
+        model.predict(job, grid[:, 0], grid[:, 1])
         times.append(time.perf_counter() - t)
     times.sort()
     print(f"one inference over all {len(grid)} candidates: median "

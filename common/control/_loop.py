@@ -237,9 +237,9 @@ class TuningLoop:
         if not self.current.scheduling:
             self._slow_windows = 0
             self._explored_from = None
-            back = self.measured(left) if left is not None else None
-            if left is not None and native is not None and back is not None and \
-                    back > native * (1.0 + self.noise_band):
+            if left is not None and native is not None and \
+                    (back := self.measured(left)) is not None and \
+                    back > native * (1 + self.noise_band):
                 return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
                                f"below the {back:.1f} of {left.describe()}: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
@@ -247,12 +247,13 @@ class TuningLoop:
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
+        barred = None
         if verdict.action != "stay" and verdict.config.scheduling:
             why = self._barred(verdict.config, native)
             if why:
-                verdict = Verdict("stay", self.current, f"guard: not switching to "
-                                  f"{verdict.config.describe()}, {why}", verdict.gain,
-                                  verdict.error, verdict.adapt)
+                barred = verdict = Verdict("stay", self.current, f"guard: not switching to "
+                                           f"{verdict.config.describe()}, {why}", verdict.gain,
+                                           verdict.error, verdict.adapt)
         current = self.measured(self.current)
         if native is not None and current is not None and self.current.scheduling and \
                 current < native * (1.0 - self.noise_band):
@@ -266,7 +267,7 @@ class TuningLoop:
             return Verdict("switch", self.native, f"guard: {current:.1f} samples/s measured on "
                            f"{self.current.describe()}, {1 - current / native:.1%} below "
                            f"native's {native:.1f}", verdict.gain, verdict.error, verdict.adapt)
-        return verdict if verdict.reason.startswith("guard:") else None
+        return barred
 
     def _barred(self, config: Config, native: float | None) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""

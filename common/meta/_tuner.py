@@ -23,7 +23,7 @@ import numpy.typing as npt
 from common.config import Config
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import JobTracker, MetaInput
-from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace, Tuner
+from common.tuners import BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
 
@@ -52,8 +52,8 @@ class MetaTuner(Tuner):
         self.adapted_path = Path(adapted_path) if adapted_path is not None else None
         self.job: MetaInput | None = None
         self._tracker = JobTracker()
-        grid = list(self.space) + ([(NATIVE_BYTES, 1)] if self.space.native else [])
-        self._grid = np.array(grid, dtype=np.int64)
+        self._points = self.space.configs(self.base)  # what ``scores`` answers for, in order
+        self._encoded = np.array([self.space.encode(c) for c in self._points], dtype=np.int64)
         self._proposal: Config | None = None
         self._adaptation: Any = None
         self._lock = threading.Lock()
@@ -65,7 +65,7 @@ class MetaTuner(Tuner):
         starts), so the first windows are not answered seconds late."""
         warm = getattr(self.predictor, "warm_up", None)
         if callable(warm):
-            warm(len(self._grid))
+            warm(len(self._points))
 
     def observe(self, config: Config, speed: float) -> None:
         super().observe(config, speed)
@@ -89,20 +89,11 @@ class MetaTuner(Tuner):
         self._proposal = None
 
     def scores(self) -> npt.NDArray[np.float64]:
-        """Predicted samples/s of every point of the space: ``iter(space)`` order, then
-        native."""
+        """Predicted samples/s of every point of the space, in ``space.configs()`` order."""
         if self.job is None:
             raise ConfigError("the meta tuner has seen no window yet")
         self._collect_adaptation()
-        parts = self._grid[:, 0]
-        return self.predictor.predict(self.job, parts, parts * self._grid[:, 1])
-
-    def _points(self) -> list[Config]:
-        """The points ``scores`` answers for, in its order (native last when in the space)."""
-        if not self.space.native:
-            return [self.space.config(int(p), int(m), self.base) for p, m in self._grid]
-        return [self.space.config(int(p), int(m), self.base) for p, m in self._grid[:-1]] + \
-            [self.space.native_config(self.base)]
+        return self.predictor.predict(self.job, self._encoded[:, 0], self._encoded[:, 1])
 
     def propose(self) -> Config:
         if self.job is None:
@@ -112,7 +103,7 @@ class MetaTuner(Tuner):
                             "optimisation until a window carries them")
             return self._fallback.propose()
         if self._proposal is None:
-            self._proposal = self._points()[int(np.argmax(self.scores()))]
+            self._proposal = self._points[int(np.argmax(self.scores()))]
         return self._proposal
 
     def predict(self, configs: Sequence[Config]) -> list[float] | None:

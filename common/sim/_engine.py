@@ -177,6 +177,7 @@ class _Run:
         self.keep_trace = keep_trace
         # layer index of each tensor (layers without bytes have none)
         self.layer_of = [i for i, x in enumerate(profile.layers) if x.nbytes]
+        self.tensor_at = {layer: t for t, layer in enumerate(self.layer_of)}
         if tensors is None:
             tensors = [TensorSpec(x.name, x.nbytes, 4 if x.nbytes % 4 == 0 else 1)
                        for x in profile.layers if x.nbytes]
@@ -243,8 +244,7 @@ class _Run:
         self.remaining = [1] * len(sends)
         sequenced = self.arch == "ps" and not layout.native
         released = 0
-        layers, tensor_at = self.profile.layers, {layer: t for t, layer in
-                                                  enumerate(self.layer_of)}
+        layers, tensor_at = self.profile.layers, self.tensor_at
         t = start
         for i in range(len(layers) - 1, -1, -1):
             t += layers[i].backward_s

@@ -85,7 +85,8 @@ class SearchSpace:
         native = [self.native_config(base)] if self.native else []
         return native + [self.config(p, m, base) for p, m in self]
 
-    def encode(self, config: Config) -> tuple[int, int]:
+    @staticmethod
+    def encode(config: Config) -> tuple[int, int]:
         """(partition, credit) bytes a model of speed reads; native is one pack past the
         largest partition."""
         if not config.scheduling:

@@ -37,7 +37,7 @@ def specs(*sizes: int, itemsize: int = 4) -> list[TensorSpec]:
 def assert_exact_cover(layout: Layout) -> None:
     """Every element of every tensor in exactly one block, in element order."""
     for i, tensor in enumerate(layout.tensors):
-        spans = [(s.start, s.stop) for _, s in layout.pieces_of(i)]
+        spans = [(s.start, s.stop) for b in layout.blocks for s in b.segments if s.tensor == i]
         assert spans[0][0] == 0 and spans[-1][1] == tensor.size
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(spans))
     for block in layout.blocks:
