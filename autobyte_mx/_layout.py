@@ -34,8 +34,7 @@ WHOLE = 0  # layout id of "each tensor whole, one key each" (scheduling off)
 class Tensor:
     """A user key: its shape, dtype and forward-order layer.
 
-    ``home`` is where the sum it last received lives: a ``Group`` (its slots there) or an
-    NDArray (scheduling off wrote it straight into the caller's output). A ``pull`` reads it
+    ``home`` is the ``Group`` whose slots hold the sum it last received. A ``pull`` reads it
     there, so a pull before the next push sees the sum whatever layouts came in between.
     """
 
@@ -45,7 +44,7 @@ class Tensor:
     dtype: Any
     itemsize: int
     layer: int
-    home: Any = None
+    home: Group | None = None
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
     @property

@@ -9,8 +9,8 @@ pushpull and a completion callback, and each member whose blocks are all closed 
 back (``_engine``). All of it is pushed to MXNet's engine at once; the scheduler decides only
 when each gate opens (``_sequencer`` + ``common.plan.Scheduler``), so MXNet's own dependencies
 stay intact and the next forward pass waits per layer, overlapping the rest of the
-communication. With scheduling off (the native candidate) a tensor goes whole, straight from
-the caller's array into its outputs, as native ``dist_sync`` sends it.
+communication. With scheduling off (the native candidate) a tensor goes whole under one native
+key, as native ``dist_sync`` sends it, through its own buffer (``_issue_whole`` says why).
 
 A fused key's outputs are written once its block closes: when every member has been pushed
 (the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
@@ -300,11 +300,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor = self._tensor(k)
             self._flush(tensor)
             home = tensor.home
+            assert home is not None  # init gives every tensor its whole group
             for target in targets:
-                if isinstance(home, Group):
-                    home.copy_out(home.index[tensor.key], target, mx.nd.concat)
-                elif target is not home:
-                    home.copyto(target)
+                home.copy_out(home.index[tensor.key], target, mx.nd.concat)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -357,25 +355,24 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _issue_whole(self, tensor: Tensor, value: Any, targets: list[Any],
                      priority: int) -> None:
-        """Scheduling off: one native pushpull of the whole tensor, straight from the caller's
-        array into its outputs as ``dist_sync`` does for the Trainer (no copies through our
-        buffers; MXNet's engine orders the reads and writes); a plain push goes through the
-        tensor's own buffer. No gate: the tensor goes when its gradient is ready."""
+        """Scheduling off: one native pushpull of the whole tensor when its gradient is ready
+        (no gate), through the tensor's own buffer. Not in place on the caller's array: native
+        ``dist_sync`` doing that (the Trainer with ``update_on_kvstore=False``) lost sums under
+        CPU contention (30 of 40 two-worker MLP runs with two jobs at once ended with weights
+        off by up to 3.9), while copies through AutoByte's buffers matched bitwise in all."""
         group = self._groups.whole(tensor)
         self._count(self._step, 1)
         self._watchdog.started()
         ready = self._stamp(tensor, value, priority)
         t0 = self._recorder_clock()
-        if targets:
-            self._kv.pushpull(group.keys[0], value, out=targets, priority=priority)
-            done_on, tensor.home = targets, targets[0]
-        else:
-            group.copy_in(0, value)
-            self._kv.pushpull(group.keys, group.arrays, priority=priority)
-            done_on, tensor.home = group.arrays, group
+        group.copy_in(0, value)
+        self._kv.pushpull(group.keys, group.arrays, priority=priority)
+        for target in targets:
+            group.copy_out(0, target, mx.nd.concat)
+        tensor.home = group
         _engine.push_callback(functools.partial(self._whole_done, self._step, tensor, t0,
                                                 len(self._issued), ready),
-                              const=done_on, priority=priority)
+                              const=group.arrays, priority=priority)
 
     def _stamp(self, tensor: Tensor, value: Any, priority: int) -> list[float]:
         """Note when ``value`` (the gradient) is ready, in an engine callback; returns the
