@@ -88,10 +88,11 @@ class _Open:
     cost: float = 0.0
     nbytes: int = 0
     done: float = 0.0  # when the step's last block finished (0.0: no block)
+    settled: int = 0  # blocks finished: one per raw row, or many at once (``closed``)
 
     @property
     def complete(self) -> bool:
-        return self.end is not None and len(self.raw) >= self.issued
+        return self.end is not None and self.settled >= self.issued
 
     @property
     def duration_s(self) -> float:
@@ -161,6 +162,7 @@ class StepRecorder:
                     if rec is None:
                         continue
                 rec.raw.append((tensor, index, position, nbytes, ready, start, done))
+                rec.settled += 1
                 rec.nbytes += nbytes
                 if done > rec.done:
                     rec.done = done
@@ -169,6 +171,16 @@ class StepRecorder:
                 rec.cost += spent
             else:
                 self.total_cost_s += spent
+
+    def closed(self, step: int, blocks: int, done: float) -> None:
+        """``blocks`` of step ``step`` finished by ``done`` (clock time), timed as a whole: an
+        unsampled step, which adds no rows, bytes or busy time (its window's link rate comes
+        from the steps that were timed)."""
+        with self._lock:
+            rec = self._open.get(step)
+            if rec is not None:
+                rec.settled += blocks
+                rec.done = max(rec.done, done)
 
     def ready(self, step: int, tensor: str, at: float) -> None:
         """Tensor ``tensor``'s gradient of step ``step`` was ready at ``at`` (clock time)."""

@@ -107,6 +107,12 @@ class Tuning:
     def agent(self) -> AgentLike:
         return self._agent
 
+    def sampled(self, step: int) -> bool:
+        """Whether ``step`` is timed per tensor (gradient-ready stamps; with scheduling off
+        also each tensor's transfer); other steps are timed as a whole, which keeps two
+        engine callbacks per tensor off half the steps."""
+        return step % self._sample_every == 0
+
     def set_layers(self, tensors: Sequence[tuple[str, int]]) -> None:
         """The gradients pushed every step, ``(name, nbytes)`` in forward order; tells the
         agent the bytes per layer whenever they change."""
@@ -140,7 +146,7 @@ class Tuning:
             self._config = config
             self._agent.set_config(config, step=step)
         layer_times = None
-        if step % self._sample_every == 0 and self._layers:
+        if self.sampled(step) and self._layers:
             layer_times = self.layer_times(ready)
         self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,
                                 bytes_up=nbytes, bytes_down=nbytes, comm_s=comm_s)

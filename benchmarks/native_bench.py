@@ -6,12 +6,13 @@
 
 For every framework x model x link rate, on the testbed (2 workers; MXNet adds a scheduler and
 a server), each round runs one job after another: native (plain MultiWorkerMirroredStrategy /
-native dist_sync), AutoByte as shipped (its defaults, live meta tuning; every window after the
-first counts, switches and warm-up included) and a grid job that switches through fixed
-configurations, native among them, every ``--sweep-steps`` steps (its windows after each switch
-are compared within the job, so the best fixed configuration and native meet under the same
-conditions). Once per cell it also measures compute alone (every worker trains on its own) and
-the link's rate, for the bound: max(compute alone, gradient bytes over the link rate).
+native dist_sync), AutoByte as shipped (its defaults, where it starts included, live meta
+tuning; every window after the first counts, switches and warm-up included) and a grid job that
+switches through fixed configurations, native among them, every ``--sweep-steps`` steps (its
+windows after each switch are compared within the job, so the best fixed configuration and
+native meet under the same conditions). Once per cell it also measures compute alone (every
+worker trains on its own) and the link's rate, for the bound: max(compute alone, gradient bytes
+over the link rate).
 
 Prints one row per cell as it finishes (medians over rounds; ratios are taken per round, side by
 side) and appends it to ``--out`` (CSV), so a long sweep keeps what it measured.
@@ -88,7 +89,8 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
                                    steps=args.steps, window=window, baseline=True)],
                           rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         auto = run_jobs([JobSpec(f"auto-{name}-r{r}", framework=framework, model=model,
-                                 steps=args.steps, window=window, tuner="meta")],
+                                 steps=args.steps, window=window, tuner="meta",
+                                 start=None)],
                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         sweep = tuple(args.grid_configs)
         grid = run_jobs([JobSpec(f"grid-{name}-r{r}", framework=framework, model=model,

@@ -45,10 +45,11 @@ _OTHER_ENV_VARS = {
 class Config:
     """Scheduling knobs and tuning policy.
 
-    partition_bytes: a gradient larger than this is split into chunks of at most this size.
+    partition_bytes: the step's gradients are cut into blocks of about this size (small
+        tensors fused, large ones split).
     credit_bytes: bytes allowed in flight at once (the sliding window); >= partition_bytes.
     scheduling: False is native, the framework's own path: MultiWorkerMirroredStrategy's packed
-        all-reduce, or native dist_sync on the caller's arrays (a point the tuners choose too).
+        all-reduce, or native dist_sync's one key per tensor (a point the tuners choose too).
     tuner: which tuner proposes new configurations while training runs.
     window_steps: steps per statistics window (the paper uses 10).
     gain_threshold: predicted relative gain needed before a reconfiguration (paper: 5%).

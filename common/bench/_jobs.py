@@ -35,9 +35,10 @@ def knobs_label(partition: int, credit: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """One training job. ``start`` is (partition, credit) bytes; ``tuner`` a tuner name or
-    "none"; ``baseline`` runs the framework without AutoByte; ``sweep`` switches through fixed
-    configurations every ``sweep_steps`` steps (the first is ``start``)."""
+    """One training job. ``start`` is (partition, credit) bytes, or None for the adapter's
+    own default (AutoByte as shipped); ``tuner`` a tuner name or "none"; ``baseline`` runs the
+    framework without AutoByte; ``sweep`` switches through fixed configurations every
+    ``sweep_steps`` steps (the first is ``start``)."""
 
     name: str
     framework: str = "tensorflow"
@@ -45,7 +46,7 @@ class JobSpec:
     steps: int = 100
     window: int = 5
     tuner: str = "none"
-    start: tuple[int, int] = (1 << 20, 4 << 20)
+    start: tuple[int, int] | None = (1 << 20, 4 << 20)
     baseline: bool = False
     local: bool = False  # compute alone: every worker trains on its own
     sweep: tuple[tuple[int, int], ...] = ()
@@ -77,12 +78,14 @@ class JobSpec:
         return cmd
 
     def env(self, log_dir: Path) -> dict[str, str]:
-        return {"AUTOBYTE_TUNER": "observe" if self.sweep else self.tuner,
-                "AUTOBYTE_WINDOW_STEPS": str(self.window),
-                "AUTOBYTE_PARTITION_BYTES": str(self.start[0]),
-                "AUTOBYTE_CREDIT_BYTES": str(self.start[1]),
-                "AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
-                "TF_CPP_MIN_LOG_LEVEL": "2", "MXNET_EXEC_BULK_EXEC_TRAIN": "0"}
+        env = {"AUTOBYTE_TUNER": "observe" if self.sweep else self.tuner,
+               "AUTOBYTE_WINDOW_STEPS": str(self.window),
+               "AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
+               "TF_CPP_MIN_LOG_LEVEL": "2", "MXNET_EXEC_BULK_EXEC_TRAIN": "0"}
+        if self.start is not None:
+            env["AUTOBYTE_PARTITION_BYTES"] = str(self.start[0])
+            env["AUTOBYTE_CREDIT_BYTES"] = str(self.start[1])
+        return env
 
 
 @dataclasses.dataclass(frozen=True)

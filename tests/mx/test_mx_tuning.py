@@ -158,6 +158,19 @@ def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_sta
     assert len(stats[0].chunks) == 2 and stats[0].samples == 8
 
 
+def test_recorder_step_timed_as_a_whole_completes_without_rows_bytes_or_busy_time() -> None:
+    rec = StepRecorder()
+    config = Config(tuner="none")
+    rec.begin_step(1, config, 8)
+    rec.issued(1, 3)
+    rec.closed(1, 2, 0.8)
+    rec.begin_step(2, config, 8)
+    assert rec.finished() == []  # one of its three blocks is still out
+    rec.closed(1, 1, 0.9)
+    (step,) = rec.finished()
+    assert (step.step, step.done, step.nbytes, step.comm_s, step.raw) == (1, 0.9, 0, 0.0, [])
+
+
 def test_busy_time_is_the_union_of_the_transfer_intervals() -> None:
     assert busy_time([]) == 0.0
     assert busy_time([(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.8)]) == pytest.approx(2.5)

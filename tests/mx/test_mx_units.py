@@ -26,6 +26,7 @@ from autobyte_mx import _engine  # noqa: E402
 from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
 from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
+from autobyte_mx._tuning import SAMPLE_EVERY  # noqa: E402
 
 # --- block buffers -------------------------------------------------------------------------
 
@@ -285,16 +286,19 @@ def test_kvstore_fuses_splits_and_switches_with_exact_sums(fake_store) -> None: 
         blocks = sorted(c.tensor for c in s.chunks)
         kind = s.config.partition_bytes if s.config.scheduling else "native"
         seen[kind] = True
+        sampled = s.step % SAMPLE_EVERY == 0
         if kind == 4096:  # split and fused
             assert len(blocks) == 6 and "net_l0+3" in blocks, blocks
         elif kind == 1 << 20:  # one block
             assert blocks == ["net_l0+4"]
-        else:  # each tensor whole
+        elif sampled:  # each tensor whole
             assert blocks == sorted(names)
+        else:  # an unsampled native step is timed as a whole
+            assert blocks == [] and s.bytes_up == 0 and s.comm_s == 0.0 and s.duration_s > 0
+        assert len(s.grad_ready_s) == (len(SHAPES) if sampled else 0)
     assert len(seen) == 3
-    assert all(s.comm_s > 0 and s.bytes_up == 24488 for s in stats)
-    assert all(len(s.grad_ready_s) == len(SHAPES) for s in stats)
-    # native sends the caller's arrays: one whole key per tensor, no AutoByte buffers
+    assert all(s.comm_s > 0 and s.bytes_up == 24488 for s in stats if s.chunks)
+    # native: one whole key per tensor
     whole_keys = {k for keys in fake.pushed for k in keys if len(keys) == 1}
     assert len(whole_keys) >= len(SHAPES)
 
@@ -353,6 +357,18 @@ def test_kvstore_rejects_unknown_options_and_async(mx_env) -> None:  # type: ign
         mx_env.AutoByte(base="dist_async")
     with pytest.raises(ConfigError, match="partition_bytes must be between"):
         mx_env.AutoByte(partition_bytes=-1)
+
+
+def test_kvstore_starts_native_unless_a_knob_is_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autobyte_mx.kvstore import _knobs_given
+
+    for var in ("AUTOBYTE_PARTITION_BYTES", "AUTOBYTE_CREDIT_BYTES", "AUTOBYTE_SCHEDULING"):
+        monkeypatch.delenv(var, raising=False)
+    assert not _knobs_given({}) and not _knobs_given({"tuner": "meta", "scheduling": None})
+    assert _knobs_given({"credit_bytes": "4MiB"}) and _knobs_given({"scheduling": True})
+    monkeypatch.setenv("AUTOBYTE_PARTITION_BYTES", "64KiB")
+    assert _knobs_given({})
 
 
 def test_trainer_honours_autobyte_with_one_device(mx_env) -> None:  # type: ignore[no-untyped-def]

@@ -59,6 +59,8 @@ def test_job_spec_rejects_what_cannot_run(tmp_path: Path) -> None:
     assert spec.env(tmp_path)["AUTOBYTE_TUNER"] == "observe"
     assert "--sweep" in spec.command() and "--baseline" not in spec.command()
     Config.from_env(spec.env(tmp_path))  # every knob the job gets is valid
+    shipped = JobSpec("x", tuner="meta", start=None).env(tmp_path)  # the adapter's own start
+    assert "AUTOBYTE_PARTITION_BYTES" not in shipped and "AUTOBYTE_CREDIT_BYTES" not in shipped
 
 
 def test_short_config_labels() -> None:
