@@ -359,6 +359,25 @@ def test_kvstore_rejects_unknown_options_and_async(mx_env) -> None:  # type: ign
         mx_env.AutoByte(partition_bytes=-1)
 
 
+def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  # type: ignore[no-untyped-def]
+    """Sampled or not, a native step counts as done once its transfers finish, and as in
+    flight for the watchdog only until then: a job that pauses training (evaluation) must
+    not read as stalled."""
+    store, _ = fake_store(scheduling=False)
+    names = [f"net_l{i}" for i in range(len(SHAPES))]
+    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
+    params = [mx.nd.ones(shape) for shape in SHAPES]
+    for key, param in enumerate(params):
+        store.broadcast(key, param, out=param)
+    rng = np.random.RandomState(1)
+    for _ in range(2):  # step 1 is not sampled, step 2 is
+        _train(store, [None], rng)
+        mx.nd.waitall()
+        assert store._watchdog._outstanding == 0, f"after {store.step} steps"
+        assert not store._unfinished, f"step {store.step} never counted as done"
+    assert not store.config.scheduling
+
+
 def test_kvstore_starts_native_unless_a_knob_is_given(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from autobyte_mx.kvstore import _knobs_given
