@@ -50,7 +50,7 @@ from autobyte_mx._sequencer import Round, Sequencer
 from autobyte_mx._stats import StepRecorder, StepStats
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
-from common.config import ENV_PREFIX, Config
+from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
 from common.plan import Scheduler, Send, issue_order
@@ -82,9 +82,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models are
     judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
     ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
-    ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off. Given no knob (``partition_bytes``,
-    ``credit_bytes``, ``scheduling``, by keyword or AUTOBYTE_*), a job starts on native
-    ``dist_sync`` (``_knobs_given`` says why).
+    ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off.
     """
 
     def __init__(self, *, config: Config | None = None, base: str = "dist_sync",
@@ -96,8 +94,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                    "updates per worker, so there is no step to schedule)")
         if config is not None and options:
             raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
-        if config is None and not _knobs_given(options):
-            options["scheduling"] = False
         self._config = config if config is not None else Config.from_env(**options)
         agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
@@ -574,20 +570,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _describe(self) -> str:
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
                 f"{self._scheduler.inflight_bytes} bytes in flight")
-
-
-def _knobs_given(options: Mapping[str, Any]) -> bool:
-    """Whether the user chose where scheduling starts (a knob by keyword or AUTOBYTE_*).
-
-    If not, the job starts on native ``dist_sync``: it already sends each tensor as soon as its
-    gradient is ready, so scheduling gains less over it than over MultiWorkerMirroredStrategy's
-    one pack after the backward pass (MobileNetV2 at 1 Gbit/s: the best fixed configuration
-    1.02x native, the shared default start 1MiB:4MiB 0.7x for its first window), and the tuner
-    leaves it when it predicts a gain and the guard keeps what it measures.
-    """
-    knobs = ("partition_bytes", "credit_bytes", "scheduling")
-    return (any(options.get(k) is not None for k in knobs)
-            or any(ENV_PREFIX + k.upper() in os.environ for k in knobs))
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:

@@ -378,18 +378,6 @@ def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  
     assert not store.config.scheduling
 
 
-def test_kvstore_starts_native_unless_a_knob_is_given(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from autobyte_mx.kvstore import _knobs_given
-
-    for var in ("AUTOBYTE_PARTITION_BYTES", "AUTOBYTE_CREDIT_BYTES", "AUTOBYTE_SCHEDULING"):
-        monkeypatch.delenv(var, raising=False)
-    assert not _knobs_given({}) and not _knobs_given({"tuner": "meta", "scheduling": None})
-    assert _knobs_given({"credit_bytes": "4MiB"}) and _knobs_given({"scheduling": True})
-    monkeypatch.setenv("AUTOBYTE_PARTITION_BYTES", "64KiB")
-    assert _knobs_given({})
-
-
 def test_trainer_honours_autobyte_with_one_device(mx_env) -> None:  # type: ignore[no-untyped-def]
     """Without the hook MXNet would silently create no kvstore for 'autobyte' on one device."""
     import mxnet as mx
