@@ -375,7 +375,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         sampled = self._tuning.sampled(step)
         if sampled:
             self._watchdog.started()
-            ready = self._stamp(tensor, value, priority)
+            # the stamp goes before the copy into the buffer, so before the transfer's end
+            ready = self._stamp(tensor, value, priority, before=group.arrays)
             t0 = self._recorder_clock()
         group.copy_in(0, value)
         self._kv.pushpull(group.keys, group.arrays, priority=priority)
@@ -391,12 +392,13 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             if self._expected is not None and self._issued >= self._expected:
                 self._flush()  # the step's last tensor: time it now, not at the next step
 
-    def _stamp(self, tensor: Tensor, value: Any, priority: int) -> list[float]:
-        """Note when ``value`` (the gradient) is ready, in an engine callback; returns the
-        list its time lands in."""
+    def _stamp(self, tensor: Tensor, value: Any, priority: int,
+               before: Sequence[Any] = ()) -> list[float]:
+        """Note when ``value`` (the gradient) is ready, in an engine callback that runs
+        before any later op writing ``before``; returns the list its time lands in."""
         at = [0.0]
         _engine.push_callback(functools.partial(self._ready, self._step, tensor.name, at),
-                              const=[value], priority=priority)
+                              const=[value], mutable=before, priority=priority)
         return at
 
     def _ready(self, step: int, name: str, at: list[float]) -> None:
