@@ -198,11 +198,12 @@ def main() -> int:
             if a.brief else s.to_dict() for s in stats]
         summary["stats_cost_s"] = store.stats_cost_s
         agent = store.tuning
-        summary["tuning"] = {"enabled": agent.enabled, "why_disabled": agent.why_disabled,
-                             "coordinator_alive": agent.coordinator_alive,
-                             "hosted": agent.coordinator is not None}
+        hosted = agent.coordinator is not None
         store.barrier()
         store.close()
+        # after close: the link thread has stopped, so its verdict agrees with what it logged
+        summary["tuning"] = {"enabled": agent.enabled, "why_disabled": agent.why_disabled,
+                             "coordinator_alive": agent.coordinator_alive, "hosted": hosted}
     with open(os.path.join(a.out, f"summary_rank{rank}.json"), "w") as f:
         json.dump(summary, f)
     print("DONE", rank, flush=True)
