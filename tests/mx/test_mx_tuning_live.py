@@ -183,7 +183,7 @@ def test_standalone_coordinator_killed_mid_run_training_goes_on(tmp_path: Path) 
 
         killed = When(decision_in_force, lambda: os.kill(coordinator.pid, signal.SIGKILL))
         try:
-            job = run_job(tmp_path, "--model", "mlp", "--steps", "600", "--brief",
+            job = run_job(tmp_path, "--model", "mlp", "--steps", "1500", "--brief",
                           "--partition", "4KiB", "--credit", "4KiB", "--dead-after", "1.5",
                           env={"AUTOBYTE_TUNER": "bayesian",
                                "AUTOBYTE_WINDOW_STEPS": str(WINDOW),
