@@ -365,8 +365,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """Scheduling off: one native pushpull of the whole tensor when its gradient is ready
         (no gate), through the tensor's own buffer. Not in place on the caller's array: native
         ``dist_sync`` doing that (the Trainer with ``update_on_kvstore=False``) lost sums under
-        CPU contention (15 of 40 two-worker MLP runs with two jobs at once ended with weights
-        off by up to 3.9), while copies through AutoByte's buffers matched bitwise in all.
+        CPU contention (two MLP jobs at once), while copies through AutoByte's buffers matched
+        native bitwise.
         Only sampled steps time each tensor; the others are timed as a whole at ``_flush``,
         once their last expected tensor is issued."""
         group = self._groups.whole(tensor)
