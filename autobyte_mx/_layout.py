@@ -45,6 +45,8 @@ class Tensor:
     itemsize: int
     layer: int
     home: Group | None = None
+    whole: Group | None = None  # its own native key (the layout of scheduling off), once made
+    checked: Any = None  # the last gradient array checked against its shape and storage
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
     @property
@@ -156,6 +158,12 @@ class Group:
         """Queue the copies of ``value`` (the member's gradient) into its slots."""
         for view, slot in zip(self._views(member, value, 0), self.slots[member], strict=True):
             view.copyto(slot.view)
+
+    def flat(self, member: int, target: Any) -> Any:
+        """``target`` as one flat view (cached) for a member kept whole in one block: what
+        the native store's own copy back needs (its shapes must match)."""
+        (view,) = self._views(member, target, 1)
+        return view
 
     def copy_out(self, member: int, target: Any, concat: Callable[..., Any]) -> None:
         """Queue the copy of the member's slots into ``target`` (one op: ``concat`` for

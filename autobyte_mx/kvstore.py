@@ -121,6 +121,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._step = 0
         self._issued: set[Hashable] = set()
         self._expected: frozenset[Hashable] | None = None
+        self._missing = -1  # expected keys not issued yet in this step (-1: none expected)
         self._forward: dict[str, int] = {}
         self._proposal: Config | None = None
         self._control: Any = None
@@ -313,13 +314,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     # -- internals: issue ------------------------------------------------------------------
     def _issue(self, key: Hashable, value: Any, targets: list[Any], priority: int) -> None:
         tensor = self._tensor(key)
-        _check_dense(key, value)
-        if tuple(value.shape) != tensor.shape:
-            raise ConfigError(f"key {key!r}: value shape {tuple(value.shape)} differs from the "
-                              f"initialised shape {tensor.shape}")
+        if value is not tensor.checked:  # the Trainer passes the same array every step
+            _check_dense(key, value)
+            if tuple(value.shape) != tensor.shape:
+                raise ConfigError(f"key {key!r}: value shape {tuple(value.shape)} differs from "
+                                  f"the initialised shape {tensor.shape}")
+            tensor.checked = value
         if self._step == 0 or key in self._issued:
             self._new_step()
         self._issued.add(key)
+        if self._expected is not None and key in self._expected:
+            self._missing -= 1
         if not self._config.scheduling:
             self._issue_whole(tensor, value, targets, priority)
             return
@@ -350,6 +355,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         gradient, if given): at program points every worker reaches alike."""
         if self._unsampled:  # one callback times this step's whole tensors issued so far
             arrays, self._unsampled = self._unsampled, []
+            self._count(self._step, len(arrays))
             self._watchdog.started()
             _engine.push_callback(functools.partial(self._unsampled_done, self._step,
                                                     len(arrays)), const=arrays)
@@ -363,33 +369,34 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _issue_whole(self, tensor: Tensor, value: Any, targets: list[Any],
                      priority: int) -> None:
         """Scheduling off: one native pushpull of the whole tensor when its gradient is ready
-        (no gate), through the tensor's own buffer. Not in place on the caller's array: native
-        ``dist_sync`` doing that (the Trainer with ``update_on_kvstore=False``) lost sums under
-        CPU contention (two MLP jobs at once), while copies through AutoByte's buffers matched
-        native bitwise.
-        Only sampled steps time each tensor; the others are timed as a whole at ``_flush``,
-        once their last expected tensor is issued."""
-        group = self._groups.whole(tensor)
+        (no gate), from the tensor's own buffer into the caller's output. Not in place on the
+        caller's array: native ``dist_sync`` doing that (the Trainer with
+        ``update_on_kvstore=False``) lost sums under CPU contention (two MLP jobs at once),
+        while pushpulls from AutoByte's buffers matched native bitwise. The copy back is the
+        native store's own (``out``), which costs no Python op.
+        Only sampled steps time each tensor; the others are counted and timed as a whole at
+        ``_flush``, once their last expected tensor is issued."""
+        group = tensor.whole or self._groups.whole(tensor)
+        tensor.whole = tensor.home = group
+        buffer = group.buffers[0]
         step = self._step
-        self._count(step, 1)
         sampled = self._tuning.sampled(step)
         if sampled:
+            self._count(step, 1)
             self._watchdog.started()
             # the stamp goes before the copy into the buffer, so before the transfer's end
-            ready = self._stamp(tensor, value, priority, before=group.arrays)
+            ready = self._stamp(tensor, value, priority, before=[buffer.array])
             t0 = self._recorder_clock()
         group.copy_in(0, value)
-        self._kv.pushpull(group.keys, group.arrays, priority=priority)
-        for target in targets:
-            group.copy_out(0, target, mx.nd.concat)
-        tensor.home = group
+        out = group.flat(0, targets[0]) if targets else buffer.array  # _outs: one at most
+        self._kv.pushpull(buffer.key, buffer.array, out=out, priority=priority)
         if sampled:
             _engine.push_callback(functools.partial(self._whole_done, step, tensor, t0,
                                                     len(self._issued), ready),
-                                  const=group.arrays, priority=priority)
+                                  const=[buffer.array], priority=priority)
         else:
-            self._unsampled.extend(group.arrays)
-            if self._expected is not None and self._issued >= self._expected:
+            self._unsampled.append(buffer.array)
+            if self._missing == 0:
                 self._flush()  # the step's last tensor: time it now, not at the next step
 
     def _stamp(self, tensor: Tensor, value: Any, priority: int,
@@ -481,6 +488,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             expected = frozenset(self._issued)
         self._step += 1
         self._issued = set()
+        self._missing = -1 if self._expected is None else len(self._expected)
         self._rounds = {}
         self._scheduler.begin_step(self._step)
         self._main = self._groups.main(self._config, expected, self._tensors)
