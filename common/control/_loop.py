@@ -19,12 +19,16 @@ made.
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
 ``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes
-seconds: the first window's warm-up tells how many), and again after conditions change (an
-adaptation clears the measurements); a configuration measured slower than native beyond
+seconds: the first window's warm-up tells how many), and again after conditions change (the
+speed in force moves threefold); a configuration measured slower than native beyond
 ``noise_band`` is never switched to, and one the job is on goes back to native after
 ``guard_windows`` such windows; when the guard's measurement of native comes out slower than
 the configuration it left, the job goes straight back (the trigger may still be waiting for
-its predictions to settle). A configuration the guard left stays barred for
+its predictions to settle). On native, the guard measures the model's pick for one window
+when the model ranks it above its own prediction of native by more than the gain threshold
+(once per conditions): a model far off on an unseen job still ranks, but its speeds are too
+low for the trigger to ever leave native; the pick stays only if it measures faster than
+native beyond ``noise_band``. A configuration the guard left stays barred for
 ``veto_windows`` windows, adaptations included (a predictor that keeps overrating it would
 otherwise lead the job back after every adaptation). The decision log says when the guard
 acted.
@@ -113,7 +117,8 @@ class TuningLoop:
         self._slow_windows = 0
         self._windows = 0
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
-        self._explored_from: Config | None = None  # where the guard's native measurement began
+        self._explored_from: Config | None = None  # where the guard's last exploration began
+        self._probed = False  # the guard measured the model's pick against native already
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -176,7 +181,7 @@ class TuningLoop:
                                       switch_cost_s=cost, horizon_s=self.trained_s)
         if verdict.adapt:
             self._adapt()
-        guarded = self._guard(verdict) if self.guard else None
+        guarded = self._guard(verdict, candidates, predicted_current) if self.guard else None
         if guarded is not None:
             self.log.write("event", {"event": "guard", "reason": guarded.reason,
                                      "instead_of": verdict.action,
@@ -218,6 +223,7 @@ class TuningLoop:
             return
         self._history.clear()
         self._vetoed.clear()
+        self._probed = False
         self.trigger.reset()
         self._call("reset")
         self.log.write("event", {"event": "conditions_changed", "config": obs.config,
@@ -228,12 +234,14 @@ class TuningLoop:
     def native(self) -> Config:
         return self.current.replace(scheduling=False)
 
-    def _guard(self, verdict: Verdict) -> Verdict | None:
+    def _guard(self, verdict: Verdict, candidates: Sequence[Candidate] = (),
+               predicted_current: float | None = None) -> Verdict | None:
         """Native first, and never worse than native (see the module docstring); None keeps
         the trigger's verdict."""
         self._windows += 1
         native = self.measured(self.native)
         left = self._explored_from
+        cheap = self.switch_cost_s <= self.guard_budget * self.trained_s
         if not self.current.scheduling:
             self._slow_windows = 0
             self._explored_from = None
@@ -243,7 +251,27 @@ class TuningLoop:
                 return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
                                f"below the {back:.1f} of {left.describe()}: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-        elif native is None and self.switch_cost_s <= self.guard_budget * self.trained_s:
+            probe = self._probe(candidates, predicted_current) if cheap else None
+            if probe is not None and native is not None:
+                self._probed = True
+                self._explored_from = self.current
+                ratio = (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
+                return Verdict("explore", probe.config, f"guard: the model ranks "
+                               f"{probe.config.describe()} {ratio:+.1%} above its own "
+                               f"prediction of native ({native:.1f} samples/s measured): "
+                               "measure it for one window", verdict.gain, verdict.error,
+                               verdict.adapt)
+        elif left is not None and not left.scheduling:
+            self._explored_from = None  # a probe from native: measured once, kept if faster
+            here = self.measured(self.current)
+            if native is not None and here is not None and \
+                    here <= native * (1 + self.noise_band):
+                self._vetoed[knobs(self.current)] = self._windows
+                return Verdict("switch", left, f"guard: {here:.1f} samples/s measured on "
+                               f"{self.current.describe()}, not above native's {native:.1f} "
+                               "beyond the noise band: back to native", verdict.gain,
+                               verdict.error, verdict.adapt)
+        elif native is None and cheap:
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
@@ -268,6 +296,23 @@ class TuningLoop:
                            f"{self.current.describe()}, {1 - current / native:.1%} below "
                            f"native's {native:.1f}", verdict.gain, verdict.error, verdict.adapt)
         return barred
+
+    def _probe(self, candidates: Sequence[Candidate],
+               predicted_current: float | None) -> Candidate | None:
+        """On native: the scheduled configuration the model ranks above native by more than
+        the trigger's gain threshold, compared with its own prediction of native (a model far
+        off on an unseen job still ranks; its absolute speeds mislead the trigger), not
+        measured yet nor barred. Once per conditions, so a wrong ranking costs one window."""
+        if self._probed or not predicted_current or predicted_current <= 0:
+            return None
+        threshold = getattr(self.trigger, "gain_threshold", 0.05)
+        ranked = [c for c in candidates if c.predicted is not None and not c.measured
+                  and c.config.scheduling and self.measured(c.config) is None
+                  and not self._barred(c.config, None)]
+        best = max(ranked, key=lambda c: c.predicted or 0.0, default=None)
+        if best is None or (best.predicted or 0.0) <= predicted_current * (1.0 + threshold):
+            return None
+        return best
 
     def _barred(self, config: Config, native: float | None) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""
@@ -358,15 +403,24 @@ class TuningLoop:
         self._history[key].append(obs.speed)
 
     def _adapt(self) -> None:
-        """Predictions drifted: the environment changed. Old measurements are stale."""
+        """Predictions drifted: the environment may have changed, so old measurements are
+        stale, all but native's: the guard's reference stays until the speed in force says
+        conditions changed (``_check_conditions``), since a model far off on an unseen job
+        drifts every few windows and a new measurement of native costs two switches."""
+        native = self._history.get(knobs(self.native))
         self._history.clear()
+        if native:
+            self._history[knobs(self.native)] = native
+        if self._recent and self.current.scheduling:
+            self._remember(self._recent[-1])  # the window just measured is not stale
         self.trigger.reset()
         if callable(getattr(self.tuner, "adapt", None)):
             self._call("adapt", list(self._recent))
         elif callable(getattr(self.tuner, "reset", None)):
             self._call("reset")
         self.log.write("event", {"event": "adapt", "reason": "prediction error above "
-                                 "adapt_threshold; measurements cleared"})
+                                 "adapt_threshold; measurements cleared but native's and this "
+                                 "window's"})
 
     def _call(self, name: str, *args: Any) -> Any:
         """Call a tuner hook; a failing tuner must never stop training, so log and go on."""

@@ -87,7 +87,7 @@ def test_prediction_drift_requests_adaptation_and_clears_measurements() -> None:
     truth[knobs(B)] = 60.0                      # the network changed: B is now slow
     loop.on_observation(observation(B, 60.0, 40))
     loop.on_observation(observation(B, 60.0, 50))
-    assert tuner.adapted == 1 and loop.measured(B) is None
+    assert tuner.adapted == 1 and loop.measured(B) == 60.0  # only the window that drifted
 
 
 def test_search_tuner_reset_on_drift() -> None:
@@ -243,9 +243,13 @@ def test_guard_returns_to_native_and_never_switches_to_a_slower_configuration(
 def test_guard_measures_native_again_after_conditions_change() -> None:
     loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
     _run(loop, 6, {**SPEED, NATIVE: 90.0})
-    assert loop.measured(A.replace(scheduling=False)) is not None
-    loop._adapt()  # the trigger saw predictions drift: the environment changed
-    assert loop.measured(A.replace(scheduling=False)) is None
+    native, current = A.replace(scheduling=False), loop.current
+    assert loop.measured(native) == 90.0 and current.scheduling
+    loop._adapt()  # predictions drifted: measurements go, the guard's reference stays
+    assert loop.measured(native) == 90.0
+    slow = SPEED[knobs(current)] / 4  # a fourfold drop: conditions changed
+    loop.on_observation(observation(current, slow, 200))
+    assert loop.measured(native) is None and loop.measured(current) == slow
     loop.current = B
     verdict = loop._guard(Verdict("stay", loop.current, "nothing better"))
     assert verdict is not None and verdict.action == "explore" and not verdict.config.scheduling
@@ -293,3 +297,32 @@ def test_guard_returns_at_once_when_native_measures_slower_than_what_it_left() -
     configs = [c for _, c in applied]
     assert not configs[0].scheduling and configs[1] == A, configs
     assert applied[1][0] - applied[0][0] <= 30  # one window on native, then the lead
+
+
+def _native_start(predicted: dict[tuple[int, int, bool], float],
+                  measured: dict[tuple[int, int, bool], float]) -> list[tuple[int, Config]]:
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(predicted, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    return _run(loop, 12, measured)
+
+
+# a model far off on an unseen job (its speeds a third of what runs) that still ranks B first
+FAR_OFF = {NATIVE: 40.0, knobs(A): 38.0, knobs(B): 50.0}
+
+
+def test_guard_probes_the_models_pick_against_its_own_prediction_of_native() -> None:
+    applied = _native_start(FAR_OFF, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0})
+    # the trigger alone never moves (50 predicted < 120 measured); the guard measures B once
+    assert [knobs(c) for _, c in applied] == [knobs(B)], applied
+
+
+def test_a_probe_that_measures_no_faster_than_native_goes_straight_back() -> None:
+    applied = _native_start(FAR_OFF, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 121.0})
+    assert [knobs(c) for _, c in applied] == [knobs(B), NATIVE], applied
+    assert applied[1][0] - applied[0][0] <= 30  # one window on B, then the lead
+
+
+def test_no_probe_when_the_model_ranks_native_first() -> None:
+    ranked_native = {NATIVE: 60.0, knobs(A): 38.0, knobs(B): 50.0}
+    assert _native_start(ranked_native, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0}) == []
