@@ -113,6 +113,7 @@ class TuningLoop:
         self.veto_windows = veto_windows
         self.guard_budget = guard_budget
         self._first_cost: float | None = None  # the first window's warm-up (a first trace)
+        self._first_window: int | None = None
         self._configs: dict[_Knobs, Config] = {}
         self._slow_windows = 0
         self._windows = 0
@@ -140,6 +141,7 @@ class TuningLoop:
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
         if self._first_cost is None:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
+            self._first_window = obs.window
         self._call("observe", obs.config, obs.speed)
         self._call("observe_window", obs)
         if self.pending is not None:
@@ -396,8 +398,14 @@ class TuningLoop:
         return values if len(values) == len(configs) else None
 
     def _remember(self, obs: Observation) -> None:
+        """Keep ``obs``'s speed as a measurement of its configuration; not the job's first
+        window, in which everything warms up beyond the steps it marks as warm-up (MXNet
+        MobileNetV2: 100 samples/s there, 150-167 after, so the start looked slower than
+        native)."""
         key = knobs(obs.config)
         self._configs[key] = obs.config
+        if obs.window == self._first_window:
+            return
         if key not in self._history:
             self._history[key] = collections.deque(maxlen=self._history_len)
         self._history[key].append(obs.speed)

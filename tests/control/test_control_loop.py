@@ -326,3 +326,11 @@ def test_a_probe_that_measures_no_faster_than_native_goes_straight_back() -> Non
 def test_no_probe_when_the_model_ranks_native_first() -> None:
     ranked_native = {NATIVE: 60.0, knobs(A): 38.0, knobs(B): 50.0}
     assert _native_start(ranked_native, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0}) == []
+
+
+def test_the_jobs_first_window_is_not_a_measurement() -> None:
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 5), trigger=ThresholdTrigger())
+    loop.on_observation(observation(A, 60.0, 0))  # everything warms up in it
+    assert loop.measured(A) is None
+    loop.on_observation(observation(A, 100.0, 10))
+    assert loop.measured(A) == 100.0

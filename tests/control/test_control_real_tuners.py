@@ -91,7 +91,8 @@ def test_default_tuner_tries_p3_once_and_keeps_the_faster() -> None:
     faster = max((START, START.replace(partition_bytes=p3[0], credit_bytes=p3[1])),
                  key=lambda c: surface(c, 0))
     assert configs[-1] == knobs(faster)
-    assert sum(a != b for a, b in itertools.pairwise(configs)) <= 2
+    scheduled = [k for k in configs if k[2]]  # without the guard's window on native
+    assert sum(a != b for a, b in itertools.pairwise(scheduled)) <= 2
 
 
 def test_online_bo_on_the_simulator_gets_near_the_grid_optimum() -> None:
