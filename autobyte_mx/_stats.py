@@ -227,7 +227,8 @@ class StepRecorder:
                     del self._open[step]
                     records.append(rec)
                     self.total_cost_s += rec.cost
-            out = [self._build(rec) for rec in sorted(records, key=lambda r: r.step)]
+            records = sorted(records, key=lambda r: r.step)[-_KEEP_STEPS:]
+            out = [self._build(rec) for rec in records]
             self.total_cost_s += self._clock() - t0
         return out
 

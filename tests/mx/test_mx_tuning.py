@@ -158,6 +158,20 @@ def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_sta
     assert len(stats[0].chunks) == 2 and stats[0].samples == 8
 
 
+def test_step_stats_are_the_last_thousand_steps_however_many_the_feed_has_taken() -> None:
+    rec = StepRecorder()
+    config = Config(tuner="none")
+    for step in range(1, 1204):
+        rec.begin_step(step, config, 8)
+        rec.issued(step, 1)
+        rec.closed(step, 1, float(step))
+        if step <= 1200:
+            rec.finished()  # the feed has taken all but the last three (still open)
+    steps = [s.step for s in rec.drain()]
+    last = 1202  # the last step whose successor began (its end is known)
+    assert steps == list(range(last - 999, last + 1))  # every worker returns the same
+
+
 def test_recorder_step_timed_as_a_whole_completes_without_rows_bytes_or_busy_time() -> None:
     rec = StepRecorder()
     config = Config(tuner="none")
