@@ -53,7 +53,7 @@ from autobyte_mx._watchdog import Watchdog
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
-from common.plan import Scheduler, Send, issue_order
+from common.plan import START, Scheduler, Send, issue_order
 
 __all__ = ["AutoByte"]
 
@@ -94,7 +94,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                    "updates per worker, so there is no step to schedule)")
         if config is not None and options:
             raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
-        self._config = config if config is not None else Config.from_env(**options)
+        self._config = config if config is not None else Config.from_env(start=START["ps"],
+                                                                               **options)
         agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
         check_environment()

@@ -39,6 +39,7 @@ from autobyte_tf.stats import TrainingStats
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError
+from common.plan import START
 from common.units import parse_rate
 
 __all__ = ["AutoByteStrategy"]
@@ -206,7 +207,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
 
 def _resolve_config(config: Config | None, options: dict[str, Any]) -> Config:
     if config is None:
-        return Config.from_env(**options)
+        return Config.from_env(start=START["allreduce"], **options)
     if not isinstance(config, Config):
         raise ConfigError(f"config must be a common.config.Config, got config={config!r}")
     return config.replace(**options) if options else config

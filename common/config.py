@@ -93,10 +93,12 @@ class Config:
         return cls(**data)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
-        """Defaults, overlaid by ``AUTOBYTE_*`` variables, overlaid by keyword ``overrides``."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 start: Mapping[str, Any] | None = None, **overrides: Any) -> Config:
+        """Defaults, overlaid by ``start`` (an adapter's own starting knobs,
+        ``common.plan.START``), by ``AUTOBYTE_*`` variables, then by keyword ``overrides``."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(start or {})
         fields = {f.name for f in dataclasses.fields(cls)}
         for key, raw in env.items():
             if not key.startswith(ENV_PREFIX):

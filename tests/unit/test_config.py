@@ -46,6 +46,17 @@ def test_env_overlay_then_keywords_win() -> None:
     assert Config.from_env(env, credit_bytes="4MiB", tuner=None).credit_bytes == 4 * 2**20
 
 
+def test_an_adapters_start_is_under_the_environment_and_keywords() -> None:
+    from common.plan import START
+
+    start = Config.from_env({}, start=START["allreduce"])
+    assert (start.partition_bytes, start.credit_bytes) == (4 << 20, 16 << 20)
+    env = {"AUTOBYTE_PARTITION_BYTES": "256KiB"}
+    config = Config.from_env(env, start=START["allreduce"], credit_bytes="1MiB")
+    assert (config.partition_bytes, config.credit_bytes) == (256 << 10, 1 << 20)
+    assert Config.from_env({}, start=START["ps"]) == Config()
+
+
 def test_env_errors_name_the_variable_value() -> None:
     with pytest.raises(ConfigError, match="partition_bytes='lots'"):
         Config.from_env({"AUTOBYTE_PARTITION_BYTES": "lots"})
