@@ -253,8 +253,9 @@ class TuningLoop:
                 return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
                                f"below the {back:.1f} of {left.describe()}: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-            probe = self._probe(candidates, predicted_current) if cheap else None
-            if probe is not None and native is not None:
+            probe = self._probe(candidates, predicted_current) \
+                if cheap and native is not None else None
+            if probe is not None:
                 self._probed = True
                 self._explored_from = self.current
                 ratio = (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
@@ -308,7 +309,7 @@ class TuningLoop:
         if self._probed or not predicted_current or predicted_current <= 0:
             return None
         threshold = getattr(self.trigger, "gain_threshold", 0.05)
-        ranked = [c for c in candidates if c.predicted is not None and not c.measured
+        ranked = [c for c in candidates if c.predicted is not None
                   and c.config.scheduling and self.measured(c.config) is None
                   and not self._barred(c.config, None)]
         best = max(ranked, key=lambda c: c.predicted or 0.0, default=None)
