@@ -13,15 +13,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras
-import numpy as np
-import tensorflow as tf
-
-from autobyte_tf import AutoByteStrategy
 from common.config import Config
+from common.output import import_tensorflow
 from common.progress import NATIVE, WindowMeter, emit, sweep_config, worker_args
+
+tf = import_tensorflow()  # before keras: its start-up lines filtered
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from autobyte_tf import AutoByteStrategy  # noqa: E402
 
 INPUT = (28, 28, 1)
 APP_INPUT = (32, 32, 3)  # keras.applications models need 32x32 and three channels at least

@@ -1,6 +1,7 @@
 """AutoByteStrategy: MultiWorkerMirroredStrategy with AutoByte's all-reduce.
 
-    strategy = autobyte_tf.AutoByteStrategy()      # TF_CONFIG as for MWMS
+    strategy = autobyte_tf.AutoByteStrategy()      # TF_CONFIG as for MWMS; without it,
+                                                   # one local worker, scheduling off
     with strategy.scope():
         model = build_model(); model.compile(...)
     model.fit(dataset, ...)
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -80,7 +82,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         if not (isinstance(sync_timeout, int | float) and sync_timeout > 0):
             raise ConfigError(
                 f"sync_timeout must be > 0 seconds, got sync_timeout={sync_timeout!r}")
-        if cluster_resolver is None:
+        local = cluster_resolver is None and not os.environ.get("TF_CONFIG", "").strip()
+        if local:  # one worker: nothing to communicate, so nothing to schedule or tune
+            resolved = resolved.replace(scheduling=False, tuner="none")
+        elif cluster_resolver is None:
             parse_tf_config()
         check_no_auto_jit()
         # MWMS instances in one process share collective keys unless their bases differ; each
@@ -109,7 +114,13 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
                                             self._sampling)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
-        log.info("AutoByteStrategy: worker %d of %d, %s", rank, workers, resolved.describe())
+        if local:
+            log.warning("AutoByteStrategy: TF_CONFIG is not set, so this is one local worker "
+                        "(as MultiWorkerMirroredStrategy) with scheduling off; set TF_CONFIG "
+                        "or start the script with `autobyte launch` to train on several")
+        else:
+            log.info("AutoByteStrategy: worker %d of %d, %s", rank, workers,
+                     resolved.describe())
 
     # -- public API ------------------------------------------------------------------------------
     @property

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
+import os
 import sys
 
 from common.errors import AutoByteError
+from common.output import VERBOSE_ENV, setup_logging
 
 __all__ = ["main"]
 
@@ -22,25 +23,38 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autobyte",
         description="Self-tuning communication scheduling for data-parallel training.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and the frameworks' own logs (also in the "
+                             "workers a command starts)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(f"common.commands.{name}").register(sub)
+    _name_pages(parser)
     return parser
+
+
+def _name_pages(parser: argparse.ArgumentParser) -> None:
+    """Every page knows its own name (``autobyte meta train``), for its error messages."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for page in action.choices.values():
+                page.set_defaults(page_name=page.prog)
+                _name_pages(page)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # workers started from here inherit it
+    setup_logging()
     try:
         return int(args.func(args) or 0)
     except AutoByteError as exc:
-        print(f"autobyte {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{args.page_name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"autobyte {args.command}: interrupted", file=sys.stderr)
+        print(f"{args.page_name}: interrupted", file=sys.stderr)
         return 130
 
 

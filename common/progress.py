@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 import time
 from typing import Any
+
+from common.output import setup_logging
 
 __all__ = ["MARK", "MODELS", "NATIVE", "WindowMeter", "emit", "parse", "parse_sweep",
            "sweep_config", "worker_args"]
@@ -136,6 +137,5 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
     if args.steps < 1 or args.batch < 1 or args.window < 0:
         parser.error(f"--steps and --batch must be >= 1 and --window >= 0, got "
                      f"steps={args.steps}, batch={args.batch}, window={args.window}")
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     return args

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
+from common.output import child_env
 from common.progress import NATIVE, parse
 from common.units import format_bytes
 
@@ -81,7 +82,7 @@ class JobSpec:
         env = {"AUTOBYTE_TUNER": "observe" if self.sweep else self.tuner,
                "AUTOBYTE_WINDOW_STEPS": str(self.window),
                "AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
-               "TF_CPP_MIN_LOG_LEVEL": "2", "MXNET_EXEC_BULK_EXEC_TRAIN": "0"}
+               "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
         if self.start is not None:
             env["AUTOBYTE_PARTITION_BYTES"] = str(self.start[0])
             env["AUTOBYTE_CREDIT_BYTES"] = str(self.start[1])
@@ -192,6 +193,20 @@ def _short(describe: str) -> str:
     return f"{fields.get('partition', '?')}:{fields.get('credit', '?')}"
 
 
+def _note_link(path: Path, rate: str, changes: Sequence[tuple[int, str, float]], *,
+               own_steps: bool) -> None:
+    """Record the link's rates in a job's decision log (``autobyte report`` marks them).
+    The steps are the first job's: a job that joined later gets its changes by time only."""
+    from common.decision_log import DecisionLog
+
+    with DecisionLog(path) as log:
+        if own_steps:
+            log.write("event", {"event": "link", "step": 0, "rate": rate})
+        for step, new, when in changes:
+            log.write("event", {"event": "link", "step": step if own_steps else None,
+                                "rate": new, "time": when})
+
+
 def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
              rate_changes: Sequence[tuple[int, str]] = (), timeout: float = 900.0,
              echo: bool = True) -> list[JobRun]:
@@ -211,6 +226,7 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
     started = [threading.Event() for _ in specs]
     with Testbed(hosts=hosts, rate=rate) as tb:
         state: dict[str, Any] = {"rate": rate if tb.shaped else "loopback", "next": 0}
+        link: list[tuple[int, str, float]] = []  # (step of the first job, rate, time) set
         lock = threading.Lock()
 
         def first_step(step: int) -> str:
@@ -220,6 +236,7 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
                     if tb.shaped:
                         tb.set_rate(new)
                         state["rate"] = new
+                        link.append((step, new, time.time()))
                     state["next"] += 1
                 for i, spec in enumerate(specs):
                     if spec.join_at is not None and step >= spec.join_at:
@@ -251,6 +268,8 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
                                          f"{result.returncode}):\n{tails}")
                 return
             logs = sorted(log_dir.glob("decisions-*.jsonl"))
+            if logs and tb.shaped:
+                _note_link(logs[-1], rate, list(link), own_steps=i == 0)
             results[i] = JobRun(spec, watch.windows, time.monotonic() - began,
                                 logs[-1] if logs else None, watch.gradient_bytes)
             _save_windows(log_dir / "windows.csv", watch.windows)

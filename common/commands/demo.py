@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
+from common.output import child_env
 from common.progress import parse
 from common.units import parse_bytes, parse_rate
 
@@ -103,8 +104,7 @@ def run_demo(*, frameworks: list[str], steps: int, window: int, rates: str,
     env = {"AUTOBYTE_TUNER": tuner, "AUTOBYTE_WINDOW_STEPS": str(window),
            "AUTOBYTE_PARTITION_BYTES": str(parse_bytes(partition, "start partition")),
            "AUTOBYTE_CREDIT_BYTES": str(parse_bytes(credit or partition, "start credit")),
-           "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-           "MXNET_EXEC_BULK_EXEC_TRAIN": "0"}
+           "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
     from common.config import Config
 
     Config.from_env(env)  # every knob checked before anything starts
@@ -148,23 +148,23 @@ class _Watcher:
 def _run_job(framework: str, *, steps: int, rates: list[str], switch: int,
              env: dict[str, str], out: Path, timeout: float) -> JobResult:
     from common.commands.report import plot
-    from common.decision_log import read_log
+    from common.decision_log import DecisionLog, read_log
     from common.launch import launch
     from common.testbed import Testbed
 
     out.mkdir(parents=True, exist_ok=True)
     hosts = WORKERS if framework == "tensorflow" else WORKERS + 1
-    rate_now, switched = rates[0], None
+    rate_now, switched, switched_at = rates[0], None, 0.0
     with Testbed(hosts=hosts, rate=rates[0]) as tb:
         print(f"\n{framework}: {tb.describe()}", flush=True)
         if len(rates) > 1 and not tb.shaped:
             print(f"  (loopback: the rate change to {rates[1]} at step {switch} is skipped)")
 
         def on_step(step: int) -> str:
-            nonlocal rate_now, switched
+            nonlocal rate_now, switched, switched_at
             if len(rates) > 1 and tb.shaped and switched is None and step >= switch:
                 tb.set_rate(rates[1])
-                rate_now, switched = rates[1], step
+                rate_now, switched, switched_at = rates[1], step, time.time()
                 print(f"  {framework:10} step {step:>4}: link rate -> {rates[1]}", flush=True)
             return rate_now if tb.shaped else "loopback"
 
@@ -184,12 +184,17 @@ def _run_job(framework: str, *, steps: int, rates: list[str], switch: int,
     checksums = {r["rank"]: r["checksum"] for r in done}
     agree = len(checksums) == WORKERS and len(set(checksums.values())) == 1
     logs = sorted(out.glob("decisions-*.jsonl"))
+    if logs and tb.shaped:  # the log records the link's rates, for the report
+        with DecisionLog(logs[-1]) as log:
+            log.write("event", {"event": "link", "step": 0, "rate": rates[0]})
+            if switched is not None:
+                log.write("event", {"event": "link", "step": switched, "rate": rates[1],
+                                    "time": switched_at})
     records = read_log(logs[-1]) if logs else []
     picture = None
-    if records:
+    if any(r.get("type") == "window" for r in records):
         picture = out.with_suffix(".png")
-        marks = [(float(switched), f"rate -> {rates[1]}")] if switched is not None else []
-        plot(records, picture, marks=marks)
+        plot(records, picture)
     phases = phases_from_log(framework, records, rates if tb.shaped else ["loopback"],
                              switched)
     return JobResult(framework, phases, agree, logs[-1] if logs else None, picture, switched)

@@ -75,7 +75,7 @@ class TuningAgent:
         self.why_disabled = ""
         if config.tuner == "none":
             self.why_disabled = "tuner='none'"
-            log.info("live tuning is off (tuner='none'); training uses %s", config.describe())
+            log.debug("live tuning is off (tuner='none'); training uses %s", config.describe())
             return
         external = env.get(COORDINATOR_ENV, "")
         endpoint = endpoint or external or env.get(CONTROL_ENDPOINT_ENV) or None
@@ -166,7 +166,7 @@ class TuningAgent:
         if decision is None:
             return None
         if decision.step <= self.last_step:
-            log.warning("decision %d for step %d heard at step %d: too late for that step "
+            log.debug("decision %d for step %d heard at step %d: too late for that step "
                         "(the adapters' own agreement decides)", decision.id, decision.step,
                         self.last_step)
         return decision

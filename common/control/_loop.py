@@ -157,7 +157,7 @@ class TuningLoop:
                     self._switch_costs.append(
                         max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s))
             else:
-                log.warning("decision %d was not applied at step %d (workers still run %s); "
+                log.info("decision %d was not applied at step %d (workers still run %s); "
                             "deciding again", self.pending.id, self.pending.step,
                             obs.config.describe())
                 self.log.write("event", {"event": "not_applied", "decision_id": self.pending.id,

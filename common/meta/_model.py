@@ -40,6 +40,7 @@ from common.meta._features import (
     encode_job,
     speed_from_target,
 )
+from common.output import filtered_stderr, import_tensorflow
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MetaModel", "build_network", "keras_module"]
 
@@ -51,11 +52,12 @@ PRETRAINED = Path(__file__).with_name("pretrained.keras")
 
 def keras_module() -> Any:
     """Import Keras 3 (few threads: the coordinator shares the CPU with training)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
     try:
-        import keras
+        with filtered_stderr():
+            import_tensorflow()
+            import keras
     except ImportError as exc:
         raise FrameworkMissingError(
             f"the meta-network needs Keras 3 with a backend (TensorFlow): pip install "

@@ -59,6 +59,7 @@ class MetaTuner(Tuner):
         self._lock = threading.Lock()
         self._fallback = BayesianTuner(space=self.space, seed=seed, base=self.base)
         self._warned = False
+        self.adaptations = 0  # adapted models taken into use (logged once, at close)
 
     def warm_up(self) -> None:
         """Compile the network's scorer for this space now (the coordinator calls it when it
@@ -83,7 +84,7 @@ class MetaTuner(Tuner):
             self.job = self._tracker.update(
                 MetaInput.from_observation(observation, servers=self.servers))
         except ConfigError as exc:
-            log.warning("meta tuner: window %s not usable (%s); keeping the last one",
+            log.debug("meta tuner: window %s not usable (%s); keeping the last one",
                         getattr(observation, "window", "?"), exc)
             return
         self._proposal = None
@@ -134,7 +135,7 @@ class MetaTuner(Tuner):
         # the environment changed: what the older windows showed of the link is stale
         self._tracker.keep_newest()
         if samples:
-            log.info("meta tuner: adapting the head on %d window(s) in the background",
+            log.debug("meta tuner: adapting the head on %d window(s) in the background",
                      len(samples))
             self._adaptation = adapt(self.predictor, samples)
 
@@ -154,16 +155,21 @@ class MetaTuner(Tuner):
                 log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
                 return
             self._proposal = None
-            log.info("meta tuner: adapted model in use")
+            self.adaptations += 1
+            log.debug("meta tuner: adapted model in use")
             if self.adapted_path is not None:
                 path = self.predictor.save(self.adapted_path)  # type: ignore[attr-defined]
-                log.info("meta tuner: adapted model kept at %s", path)
+                log.debug("meta tuner: adapted model kept at %s", path)
 
     def close(self, timeout: float = 10.0) -> None:
         """End a running adaptation (the coordinator calls this when it stops)."""
         job = self._adaptation
         if job is not None and not job.stop(timeout):
             log.warning("meta tuner: adaptation did not stop within %.0f s", timeout)
+        if self.adaptations:
+            where = f"; the last adapted model is {self.adapted_path}" \
+                if self.adapted_path is not None else ""
+            log.info("meta tuner: adapted to this job %d time(s)%s", self.adaptations, where)
 
     def wait_adaptation(self, timeout: float | None = None) -> bool:
         """Block until a running adaptation is in use (tests, end of job); True if none left."""

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'autobyte[tf]')")
 
 from common.bench import JobSpec, run_jobs
+from common.cli import main
 from common.decision_log import read_log
 from common.errors import FrameworkMissingError
 
@@ -19,7 +20,8 @@ pytestmark = [pytest.mark.framework, pytest.mark.distributed]
 K = 1024
 
 
-def test_sweep_rate_change_and_a_joining_job(tmp_path: Path) -> None:
+def test_sweep_rate_change_and_a_joining_job(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     sweep = ((64 * K, 64 * K), (K * K, 4 * K * K))
     first = JobSpec("sweeper", steps=30, window=5, start=sweep[0], sweep=sweep, sweep_steps=15)
     second = JobSpec("joiner", steps=10, window=5, baseline=True, join_at=10)
@@ -43,6 +45,16 @@ def test_sweep_rate_change_and_a_joining_job(tmp_path: Path) -> None:
     assert windows and all("observation" in r for r in windows)
     saved = (tmp_path / "sweeper" / "windows.csv").read_text().splitlines()
     assert saved[0].startswith("first,last,speed") and len(saved) == 1 + len(sweeper.windows)
+    # the log records the link's rates, and the report compares configurations per rate
+    links = [(r["step"], r["rate"]) for r in read_log(sweeper.log) if r.get("event") == "link"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "sweeper"), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    if os.geteuid() == 0:
+        assert links[0] == (0, "1gbit") and links[1][1] == "300mbit" and links[1][0] >= 15
+        assert "(link 1gbit)" in out and "(link 300mbit)" in out
+    else:
+        assert links == []
 
 
 def test_mxnet_baseline_and_autobyte_jobs(tmp_path: Path) -> None:

@@ -92,8 +92,6 @@ BAD_INPUT = textwrap.dedent("""
         except ConfigError as exc:
             return str(exc)
         return "no error"
-    os.environ.pop("TF_CONFIG", None)
-    print("missing:", attempt())
     os.environ["TF_CONFIG"] = "{'cluster': 1}"
     print("malformed:", attempt())
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
@@ -112,9 +110,40 @@ def test_bad_input_is_refused_before_tensorflow_starts() -> None:
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
-    assert lines["missing"].startswith("TF_CONFIG is not set")
     assert lines["malformed"].startswith("TF_CONFIG is not valid JSON")
     assert "partition_bytes must be between 4096" in lines["partition"]
     assert "partition_bytes=-1" in lines["partition"]
     assert "unknown option(s) ['partiton_bytes']" in lines["unknown"]
     assert "tf_xla_auto_jit" in lines["xla"]
+
+
+LOCAL = textwrap.dedent("""
+    import numpy as np
+    import keras
+    import autobyte_tf
+    strategy = autobyte_tf.AutoByteStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    print("workers", strategy.num_workers, "scheduling", strategy.config.scheduling,
+          "tuning", strategy.tuning.enabled, "steps", strategy.step)
+    print("loss", " ".join(f"{v:.4f}" for v in history.history["loss"]))
+""")
+
+
+def test_without_tf_config_it_trains_as_one_local_worker_with_one_note() -> None:
+    """As MultiWorkerMirroredStrategy: a script tried on a laptop first runs, scheduling off."""
+    env = {k: v for k, v in {**os.environ, **ENV}.items() if k != "TF_CONFIG"}
+    env.pop("AUTOBYTE_TUNER")  # the defaults, as a user has them
+    proc = subprocess.run([sys.executable, "-c", LOCAL], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert out[0] == "workers 1 scheduling False tuning False steps 24"
+    losses = [float(v) for v in out[1].split()[1:]]
+    assert losses[-1] < losses[0] / 2
+    notes = [line for line in proc.stderr.splitlines() if "AutoByte" in line]
+    assert len(notes) == 1 and "TF_CONFIG is not set" in notes[0], proc.stderr
