@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from common.errors import AutoByteError
@@ -16,6 +17,8 @@ __all__ = ["main"]
 # Subcommand modules under common/commands, in the order `autobyte --help` lists them.
 COMMANDS: tuple[str, ...] = ("demo", "simulate", "testbed", "launch", "coordinator", "report",
                              "meta", "bench")
+# A minus then a digit is a value, never an option: no page has options like -1.
+_NEGATIVE = re.compile(r"-\.?[0-9]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _name_pages(parser: argparse.ArgumentParser) -> None:
-    """Every page knows its own name (``autobyte meta train``), for its error messages."""
+    """Every page knows its own name (``autobyte meta train``), for its error messages, and
+    takes a negative-looking value (``--credit -1MB``) as a value, so that the command's own
+    check says what is wrong with it rather than argparse's "expected one argument"."""
+    parser._negative_number_matcher = _NEGATIVE
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for page in action.choices.values():

@@ -25,7 +25,7 @@ _RATE_UNITS = {
     "m": 1e6, "mbit": 1e6, "mbps": 1e6,
     "g": 1e9, "gbit": 1e9, "gbps": 1e9,
 }
-_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_NUMBER_UNIT = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def _split(text: str, name: str, units: Mapping[str, float], example: str) -> tuple[float, float]:
@@ -42,7 +42,8 @@ def _split(text: str, name: str, units: Mapping[str, float], example: str) -> tu
 def parse_bytes(value: int | float | str, name: str = "size") -> int:
     """``4096``, ``"4MB"`` (10^6), ``"512KiB"`` or ``"4M"`` (2^20) -> bytes as an int.
 
-    Bare K/M/G are binary, as in tc and dd; KB/MB/GB are decimal, KiB/MiB/GiB binary.
+    Bare K/M/G are binary, as in tc and dd; KB/MB/GB are decimal, KiB/MiB/GiB binary. A sign
+    is kept ("-4MB" is -4000000), as for an int, so the caller's range check can name it.
     """
     if isinstance(value, bool):
         raise ConfigError(f"{name} must be a size in bytes, but got {name}={value!r}")

@@ -32,7 +32,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="the paper's evaluation on the testbed (CSV, PNG, "
                               "table)", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", choices=(*TESTBED, "scale", "all"))
+    p.add_argument("experiment", choices=(*TESTBED, "scale", "all"),
+                   help="the experiment to run, or all of them")
     p.add_argument("--quick", action="store_true",
                    help="the reduced version (one model, two rates, shorter jobs)")
     p.add_argument("--out", default="runs/bench", help="folder for CSV, PNG, logs (runs/bench)")

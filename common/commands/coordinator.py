@@ -23,12 +23,16 @@ from common.config import TUNERS, Config
 from common.control import Coordinator, ensure_secret, make_tuner
 from common.control._wire import SECRET_ENV, secret_from_env
 from common.decision_log import DecisionLog, default_log_path
+from common.errors import ConfigError
 from common.trigger import TRIGGERS
 from common.trigger import create as create_trigger
 
 __all__ = ["register"]
 
 log = logging.getLogger(__name__)
+
+_FLAGS = {"tuner": "--tuner", "partition_bytes": "--partition", "credit_bytes": "--credit",
+          "window_steps": "--window-steps"}
 
 
 def register(subparsers: Any) -> None:
@@ -39,24 +43,32 @@ def register(subparsers: Any) -> None:
                         help="ZeroMQ endpoint to listen on, e.g. tcp://10.0.0.1:5599")
     parser.add_argument("--workers", type=int, required=True, help="workers in the job")
     parser.add_argument("--tuner", choices=TUNERS, help="default: AUTOBYTE_TUNER or 'meta'")
-    parser.add_argument("--trigger", choices=TRIGGERS, default="threshold")
-    parser.add_argument("--partition", help="initial partition size, e.g. 1MiB")
-    parser.add_argument("--credit", help="initial credit size, e.g. 4MiB")
-    parser.add_argument("--window-steps", type=int, help="steps per statistics window")
+    parser.add_argument("--trigger", choices=TRIGGERS, default="threshold",
+                        help="when to switch to a proposal: threshold (a predicted gain above "
+                        "the threshold, the default), always, or never (tuning off)")
+    parser.add_argument("--partition", help="initial partition size, e.g. 1MiB (default "
+                        "AUTOBYTE_PARTITION_BYTES or 1MiB)")
+    parser.add_argument("--credit", help="initial credit size, e.g. 4MiB (default "
+                        "AUTOBYTE_CREDIT_BYTES or 4MiB)")
+    parser.add_argument("--window-steps", type=int, help="steps per statistics window "
+                        "(default AUTOBYTE_WINDOW_STEPS or 10)")
     parser.add_argument("--lead-steps", type=int,
                         help="a decision applies at least this many steps ahead (default: one "
                         "window)")
     parser.add_argument("--lead-seconds", type=float, default=0.3, metavar="SECONDS",
-                        help="... and at least this long ahead at the measured step time")
+                        help="... and at least this long ahead at the measured step time "
+                        "(default 0.3)")
     parser.add_argument("--explore-budget", type=int, default=16, metavar="N",
                         help="configurations a search tuner may try before settling (again "
                         "after each detected change); threshold trigger only")
-    parser.add_argument("--seed", type=int, default=0, help="tuner seed")
+    parser.add_argument("--seed", type=int, default=0, help="tuner seed (default 0)")
     parser.add_argument("--log", help="decision log (JSONL); default "
                         "$AUTOBYTE_LOG_DIR (or ./autobyte-logs)/decisions-<time>-<pid>.jsonl")
-    parser.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS",
+                        help="seconds between heartbeats to the workers (default 1)")
     parser.add_argument("--max-age", type=float, default=60.0, metavar="SECONDS",
-                        help="drop messages whose timestamp is further than this from now")
+                        help="drop messages whose timestamp is further than this from now "
+                        "(default 60)")
     parser.add_argument("--exit-when-done", action="store_true",
                         help="exit once every worker has said bye")
     parser.set_defaults(func=_run)
@@ -64,7 +76,17 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     config = Config.from_env(tuner=args.tuner, partition_bytes=args.partition,
-                             credit_bytes=args.credit, window_steps=args.window_steps)
+                             credit_bytes=args.credit, window_steps=args.window_steps,
+                             flags=_FLAGS)
+    for flag, value in (("--workers", args.workers), ("--heartbeat", args.heartbeat),
+                        ("--max-age", args.max_age)):
+        if not value > 0:
+            raise ConfigError(f"{flag} must be > 0, but got {flag}={value:g}")
+    if args.lead_steps is not None and args.lead_steps < 0:
+        raise ConfigError(f"--lead-steps must be >= 0, but got --lead-steps={args.lead_steps}")
+    if not args.lead_seconds >= 0:
+        raise ConfigError(f"--lead-seconds must be >= 0, but got "
+                          f"--lead-seconds={args.lead_seconds:g}")
     secret = secret_from_env()
     if secret is None:
         value = ensure_secret()

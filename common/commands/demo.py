@@ -35,7 +35,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo", help="short real training runs tuned live while the link rate changes",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--framework", choices=(*FRAMEWORKS, "all"), default="all")
+    p.add_argument("--framework", choices=(*FRAMEWORKS, "all"), default="all",
+                   help="which framework's job to run (default all: one after the other)")
     p.add_argument("--steps", type=int, default=200, help="training steps per job (200)")
     p.add_argument("--window", type=int, default=5, help="steps per statistics window (5)")
     p.add_argument("--rates", default="1gbit,100mbit",
@@ -91,23 +92,28 @@ def run_demo(*, frameworks: list[str], steps: int, window: int, rates: str,
              timeout: float) -> list[JobResult]:
     rate_list = [r.strip() for r in rates.split(",") if r.strip()]
     if len(rate_list) not in (1, 2):
-        raise ConfigError(f"rates must be one rate or two (start,after), got rates={rates!r}")
+        raise ConfigError(f"--rates must be one rate or two (start,after), got {rates!r}")
     for r in rate_list:
-        parse_rate(r, "rates")
+        parse_rate(r, "--rates")
     if steps < 4 * window or window < 1:
-        raise ConfigError(f"steps must be at least 4 windows and window >= 1, got "
-                          f"steps={steps}, window={window}")
+        raise ConfigError(f"--steps must be at least 4 windows and --window >= 1, got "
+                          f"--steps {steps}, --window {window}")
     switch = steps // 2 if switch_step is None else switch_step
     if not 0 < switch < steps:
-        raise ConfigError(f"switch_step must be in (0, {steps}), got switch_step={switch}")
-    partition, _, credit = start.partition(":")
-    env = {"AUTOBYTE_TUNER": tuner, "AUTOBYTE_WINDOW_STEPS": str(window),
-           "AUTOBYTE_PARTITION_BYTES": str(parse_bytes(partition, "start partition")),
-           "AUTOBYTE_CREDIT_BYTES": str(parse_bytes(credit or partition, "start credit")),
-           "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
+        raise ConfigError(f"--switch-step must be in (0, {steps}), got {switch}")
     from common.config import Config
 
-    Config.from_env(env)  # every knob checked before anything starts
+    partition, _, credit = start.partition(":")
+    partition_bytes = parse_bytes(partition, "--start partition")
+    credit_bytes = parse_bytes(credit or partition, "--start credit")
+    Config.from_env({}, partition_bytes=partition_bytes, credit_bytes=credit_bytes, tuner=tuner,
+                    window_steps=window, flags={
+                        "partition_bytes": "--start partition", "credit_bytes": "--start credit",
+                        "tuner": "--tuner", "window_steps": "--window"})  # before anything runs
+    env = {"AUTOBYTE_TUNER": tuner, "AUTOBYTE_WINDOW_STEPS": str(window),
+           "AUTOBYTE_PARTITION_BYTES": str(partition_bytes),
+           "AUTOBYTE_CREDIT_BYTES": str(credit_bytes),
+           "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
     return [_run_job(fw, steps=steps, rates=rate_list, switch=switch, env=env, out=out / fw,
                      timeout=timeout) for fw in frameworks]
 

@@ -4,8 +4,10 @@
     autobyte launch --framework tensorflow --workers 4 --testbed abt3k9x2 -- python train.py
     autobyte launch --framework mxnet --workers 2 --hosts a,b,c --ssh-port 2222 -- python t.py
 
-Without --testbed or --hosts every process runs on this machine's loopback. Exit status: 0, the
-first failing process's exit code, 124 on timeout, 130 on Ctrl-C.
+Starts the framework's processes (MXNet: scheduler, servers and workers; TensorFlow: workers),
+each with the variables AutoByte and the framework need, streams their output with a prefix and
+stops them all when one fails. Without --testbed or --hosts every process runs on this machine's
+loopback. Exit status: 0, the first failing process's exit code, 124 on timeout, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "launch", help="run a distributed job (scheduler/servers/workers) and wait for it",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", choices=FRAMEWORKS, required=True)
-    parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--servers", type=int, default=1, help="parameter servers (mxnet)")
+    parser.add_argument("--framework", choices=FRAMEWORKS, required=True,
+                        help="which processes to start: " + " or ".join(FRAMEWORKS))
+    parser.add_argument("--workers", type=int, required=True, help="worker processes")
+    parser.add_argument("--servers", type=int, default=1,
+                        help="parameter servers (mxnet only, default 1)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--testbed", help="testbed name or state file (autobyte testbed up)")
     where.add_argument("--hosts", help="comma-separated remote hosts, reached over ssh")
@@ -71,6 +75,15 @@ def _run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise ConfigError("give the command to run after --, e.g. -- python train.py")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, but got --workers={args.workers}")
+    if args.framework == "mxnet" and args.servers < 1:
+        raise ConfigError(f"--servers must be >= 1 for mxnet, but got --servers={args.servers}")
+    if args.framework == "tensorflow" and args.servers not in (0, 1):
+        raise ConfigError(f"--servers applies to mxnet only (tensorflow uses all-reduce), but "
+                          f"got --servers={args.servers}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, but got --timeout={args.timeout:g}")
     placement = {}
     for name, value in _pairs(args.place, "--place").items():
         if not value.isdigit():

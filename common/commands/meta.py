@@ -1,21 +1,19 @@
-"""``autobyte meta generate|train|eval``: the meta-network's dataset, training and evaluation.
+"""``autobyte meta generate|train|collect|eval``: the meta-network's data, training and quality.
+
+The meta-network predicts a job's speed under each configuration, so the tuner can pick one
+without trying it. These commands make its datasets (simulated, or from real runs), train or
+fine-tune it, and measure it on jobs it never saw.
 
     autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v2.npz
-    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v2.npz
-    autobyte meta train --data datasets/sim_train_v2.npz --out common/meta/pretrained.keras
-    autobyte meta eval --data datasets/sim_holdout_v2.npz
-    autobyte meta collect --run --out runs/testbed.npz        # real runs (root: shaped links)
+    autobyte meta train --data datasets/sim_train_v2.npz --out m.keras
+    autobyte meta eval --model m.keras
     autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
-    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v2.npz \
+    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v2.npz \\
         --data runs/testbed.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
-
-``--holdout`` draws only what training never sees (DenseNet-121, random layer profiles from
-another stream, 2-5 Gbit/s links); ``--grid`` runs every candidate of the tuner's search space
-per job, so eval can compare the configuration the model picks with the best one.
 
 Testbed data (``collect``) is used as the tuner uses it: the statistics of each window score
 every configuration its run swept ("as deployed"); ``--holdout-runs`` keeps whole runs out of
-training and evaluates on them after.
+training and evaluates on them after. Each action has its own page: autobyte meta ACTION -h.
 """
 
 from __future__ import annotations
@@ -25,25 +23,83 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import common
 from common.errors import ConfigError
 
-__all__ = ["register"]
+__all__ = ["DATASETS", "register", "shipped_dataset"]
+
+# The shipped datasets sit next to common/; defaults are found here, not in the cwd.
+DATASETS = Path(common.__file__).resolve().parent.parent / "datasets"
+_MAKE = {
+    "sim_train_v2.npz": "autobyte meta generate --jobs 600 --seed 0 --out {path}",
+    "sim_holdout_v2.npz": "autobyte meta generate --holdout --grid --jobs 24 --seed 0 "
+                          "--out {path}",
+}
+_RAW = argparse.RawDescriptionHelpFormatter
+
+_GENERATE = """\
+Simulate training jobs (shipped and random layer profiles, clusters and links) and record the
+speed of each under several configurations and native: the rows the meta-network learns from.
+The same --seed gives the same file (datasets/SCHEMA.md).
+
+    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v2.npz
+    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v2.npz
+
+--holdout draws only what training never sees (DenseNet-121, random layer profiles from
+another stream, 2-5 Gbit/s links); --grid runs every candidate of the tuner's search space per
+job, so eval can compare the configuration the model picks with the best one.
+"""
+
+_TRAIN = f"""\
+Train a new meta-network on one or more datasets, or fine-tune one (--init), e.g. on testbed
+runs; without --data it trains on the shipped {DATASETS / "sim_train_v2.npz"}.
+
+    autobyte meta train --data datasets/sim_train_v2.npz --data datasets/sim_train_v2_seed1.npz \\
+        --out pretrained.keras --eval datasets/sim_holdout_v2.npz
+    autobyte meta train --init common/meta/pretrained.keras --data runs/testbed.npz \\
+        --holdout-runs '*-300mbit/*' --head-only --out m.keras
+"""
+
+_COLLECT = """\
+Turn the windows of real jobs' decision logs into a dataset (source testbed), so the
+meta-network can learn from real runs. --from-logs reads existing logs; --run first runs sweep
+jobs of the demo workers on the testbed (each switches through fixed configurations; root for
+shaped links), one framework x model x rate at a time.
+
+    autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
+    autobyte meta collect --run --frameworks tensorflow --rates 100mbit,1gbit --out tb.npz
+"""
+
+_EVAL = f"""\
+How well a model predicts speeds and picks configurations on jobs it never saw (MAPE, share of
+the best speed its pick reaches), and how long one inference over every candidate takes.
+Without --data it uses the shipped {DATASETS / "sim_holdout_v2.npz"}.
+
+    autobyte meta eval
+    autobyte meta eval --model m.keras --data runs/testbed.npz --runs '*-300mbit/*' --online
+"""
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "meta", help="generate data for, train and evaluate the meta-network",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="meta_command", metavar="ACTION", required=True)
+        description=__doc__, formatter_class=_RAW)
+    sub = parser.add_subparsers(dest="meta_command", metavar="ACTION", required=True,
+                                help="what to do (each has its own -h)")
 
-    gen = sub.add_parser("generate", help="simulate a dataset (reproducible from --seed)")
+    gen = sub.add_parser(
+        "generate", help="simulate a dataset (reproducible from --seed)", formatter_class=_RAW,
+        description=_GENERATE)
     size = gen.add_mutually_exclusive_group(required=True)
-    size.add_argument("--samples", type=int, help="rows (jobs = samples / --configs-per-job)")
+    size.add_argument("--samples", type=int,
+                      help="rows (jobs = samples / rows per job: configurations + native)")
     size.add_argument("--jobs", type=int, help="jobs (each with its configurations)")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--configs-per-job", type=int, default=8)
+    gen.add_argument("--seed", type=int, default=0, help="random stream (default 0)")
+    gen.add_argument("--configs-per-job", type=int, default=8,
+                     help="random configurations per job, besides native (default 8)")
     gen.add_argument("--holdout", action="store_true",
                      help="only held-out models and bandwidths (for evaluation)")
     gen.add_argument("--grid", action="store_true",
@@ -51,12 +107,16 @@ def register(subparsers: Any) -> None:
     gen.add_argument("--out", required=True, help="output .npz")
     gen.set_defaults(func=_generate)
 
-    tr = sub.add_parser("train", help="train a network on one or more datasets")
-    tr.add_argument("--data", action="append", help="dataset .npz (repeatable; default "
-                    "datasets/sim_train_v2.npz)")
-    tr.add_argument("--out", default="meta.keras", help="model file to write (.keras)")
-    tr.add_argument("--epochs", type=int, default=60)
-    tr.add_argument("--seed", type=int, default=0)
+    tr = sub.add_parser(
+        "train", help="train a network on one or more datasets", formatter_class=_RAW,
+        description=_TRAIN)
+    tr.add_argument("--data", action="append", help="dataset .npz (repeatable; default the "
+                    "shipped datasets/sim_train_v2.npz)")
+    tr.add_argument("--out", default="meta.keras",
+                    help="model file to write (.keras, default meta.keras)")
+    tr.add_argument("--epochs", type=int, default=60,
+                    help="at most this many passes over the data (default 60)")
+    tr.add_argument("--seed", type=int, default=0, help="initial weights and shuffling (0)")
     tr.add_argument("--eval", dest="eval_data", help="held-out dataset to evaluate on after")
     tr.add_argument("--init", help="fine-tune this model file (e.g. common/meta/pretrained"
                     ".keras) instead of training a new network")
@@ -64,7 +124,7 @@ def register(subparsers: Any) -> None:
                     help="testbed runs (shell pattern on job_run, e.g. '*-300mbit/*') left out "
                     "of training and evaluated after (repeatable)")
     tr.add_argument("--testbed-weight", type=float, default=1.0,
-                    help="loss weight of a testbed row against a simulated one")
+                    help="loss weight of a testbed row against a simulated one (default 1)")
     tr.add_argument("--learning-rate", type=float,
                     help="default 2e-3 for a new network, 3e-4 with --init")
     tr.add_argument("--head-only", action="store_true",
@@ -73,10 +133,8 @@ def register(subparsers: Any) -> None:
 
     co = sub.add_parser(
         "collect", help="testbed data: decision logs of real runs -> a dataset",
-        description="Turn the windows of real jobs' decision logs into a dataset (source "
-        "testbed). --from-logs reads existing logs; --run first runs sweep jobs of the demo "
-        "workers on the testbed (each switches through fixed configurations; root for shaped "
-        "links), one framework x model x rate at a time.")
+        formatter_class=_RAW,
+        description=_COLLECT)
     what = co.add_mutually_exclusive_group(required=True)
     what.add_argument("--from-logs", nargs="+", metavar="PATH",
                       help="decision logs, or folders searched for decisions-*.jsonl")
@@ -84,26 +142,34 @@ def register(subparsers: Any) -> None:
     co.add_argument("--out", required=True, help="dataset .npz to write")
     co.add_argument("--servers", type=int, default=1,
                     help="parameter servers of the logged PS jobs (default 1, as --run uses)")
-    co.add_argument("--frameworks", default="tensorflow,mxnet", help="--run: comma-separated")
-    co.add_argument("--models", default="cnn,mlp,deep", help="--run: demo models, comma-separated")
+    co.add_argument("--frameworks", default="tensorflow,mxnet",
+                    help="--run: comma-separated (default tensorflow,mxnet)")
+    co.add_argument("--models", default="cnn,mlp,deep",
+                    help="--run: demo models, comma-separated (default cnn,mlp,deep)")
     co.add_argument("--rates", default="50mbit,100mbit,300mbit,1gbit",
-                    help="--run: link rates, comma-separated")
+                    help="--run: link rates, comma-separated (default %(default)s)")
     co.add_argument("--max-configs", type=int, default=12,
-                    help="--run: most configurations one job sweeps (at least 4)")
+                    help="--run: most configurations one job sweeps (at least 4, default 12)")
     co.add_argument("--budget", type=float, default=30.0,
-                    help="--run: seconds of training per job the sweep is sized to (estimated)")
+                    help="--run: seconds of training per job the sweep is sized to (estimated, "
+                    "default 30)")
     co.add_argument("--sweep-steps", type=int, default=15,
                     help="--run: steps per configuration (windows of 5: the first holds the "
                     "switch, the rest are samples; default 15)")
-    co.add_argument("--seed", type=int, default=0, help="--run: which configurations are drawn")
+    co.add_argument("--seed", type=int, default=0,
+                    help="--run: which configurations are drawn (default 0)")
     co.add_argument("--logs", help="--run: folder for the jobs' logs (default runs/collect-<time>)")
-    co.add_argument("--timeout", type=float, default=300.0, help="--run: seconds per job")
+    co.add_argument("--timeout", type=float, default=300.0,
+                    help="--run: seconds per job (default 300)")
     co.add_argument("--quiet", action="store_true", help="--run: no line per window")
     co.set_defaults(func=_collect)
 
-    ev = sub.add_parser("eval", help="held-out quality and inference time of a model")
+    ev = sub.add_parser(
+        "eval", help="held-out quality and inference time of a model", formatter_class=_RAW,
+        description=_EVAL)
     ev.add_argument("--model", help="model file (default: the pretrained model)")
-    ev.add_argument("--data", default="datasets/sim_holdout_v2.npz", help="dataset .npz")
+    ev.add_argument("--data", help="dataset .npz (default the shipped "
+                    "datasets/sim_holdout_v2.npz)")
     ev.add_argument("--runs", action="append", metavar="PATTERN",
                     help="only the testbed runs matching (shell pattern on job_run; repeatable)")
     ev.add_argument("--online", nargs="?", const="ridge", metavar="METHODS",
@@ -112,6 +178,15 @@ def register(subparsers: Any) -> None:
                     "default ridge) on its past windows before scoring the next, against the "
                     "same replay without adapting (1-3 s per window)")
     ev.set_defaults(func=_eval)
+
+
+def shipped_dataset(name: str) -> Path:
+    """A dataset that ships next to ``common/``: a default must not depend on the cwd."""
+    path = DATASETS / name
+    if not path.is_file():
+        make = _MAKE.get(name, "autobyte meta generate ... --out {path}").format(path=path)
+        raise ConfigError(f"the shipped dataset {path} is missing; make it with: {make}")
+    return path
 
 
 def _say(text: str) -> None:
@@ -160,8 +235,6 @@ def _split(text: str, name: str) -> list[str]:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from common.meta import Dataset
     from common.meta._collect import run_sweeps, samples_from_logs, sweep_plan
 
@@ -215,7 +288,7 @@ def _load_sets(paths: list[str]) -> Any:
 def _train(args: argparse.Namespace) -> int:
     from common.meta import MetaModel, fine_tune, train
 
-    data = _load_sets(args.data or ["datasets/sim_train_v2.npz"])
+    data = _load_sets(args.data or [str(shipped_dataset("sim_train_v2.npz"))])
     held = None
     if args.head_only and not args.init:
         raise ConfigError("--head-only fine-tunes an existing model: give --init MODEL too")
@@ -297,14 +370,15 @@ def _eval(args: argparse.Namespace) -> int:
     from common.meta import MetaModel
     from common.tuners import SearchSpace
 
+    path = args.data or str(shipped_dataset("sim_holdout_v2.npz"))
     model = MetaModel.load(args.model)
-    data = _load_sets([args.data])
+    data = _load_sets([path])
     if args.runs:
         data = _match_runs(data, args.runs)
         if data.num_jobs == 0:
-            raise ConfigError(f"--runs {args.runs} match no run of {args.data}")
+            raise ConfigError(f"--runs {args.runs} match no run of {path}")
     sources = sorted(set(data["job_source"].tolist()))
-    print(f"{args.data} (source: {', '.join(sources)}): "
+    print(f"{path} (source: {', '.join(sources)}): "
           f"{_describe(model, data, per_run=True)}")
     if args.online:
         from common.meta import evaluate_online
@@ -312,7 +386,7 @@ def _eval(args: argparse.Namespace) -> int:
 
         real = data.select_jobs(data["job_run"] != "")
         if not real.num_jobs:
-            raise ConfigError(f"--online needs testbed runs; {args.data} has none")
+            raise ConfigError(f"--online needs testbed runs; {path} has none")
         methods = [m.strip() for m in args.online.split(",") if m.strip()]
         unknown = sorted(set(methods) - set(ADAPT_METHODS))
         if unknown or not methods:

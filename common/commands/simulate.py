@@ -7,24 +7,30 @@
     autobyte simulate --model resnet50 --bandwidth-schedule 10gbit:20,3gbit:20 --steps 40
 
 The simulator drives AutoByte's own scheduler with modelled compute and network events (see
-common/sim). --credit takes a size or a multiple of the partition ("4x"). --grid evaluates every
-(partition, credit multiple) pair of the search space and marks the best. AUTOBYTE_PARTITION_BYTES
-and AUTOBYTE_CREDIT_BYTES apply when the flags are not given.
+common/sim), to see what a configuration would do before running it. --credit takes a size or
+a multiple of the partition ("4x"). --grid evaluates every (partition, credit multiple) pair of
+the search space and marks the best. AUTOBYTE_PARTITION_BYTES and AUTOBYTE_CREDIT_BYTES apply
+when the flags are not given. At most 4096 workers: the models follow one worker on a flat
+ring or a set of servers, and larger jobs use hierarchical all-reduce, which is not modelled.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
-from common.config import Config
+from common.config import MAX_PARTITION_BYTES, MIN_PARTITION_BYTES, Config
 from common.errors import ConfigError
-from common.units import format_bytes, format_rate, parse_rate
+from common.units import format_bytes, format_rate, parse_bytes, parse_rate
 
-__all__ = ["parse_seconds", "register"]
+__all__ = ["MAX_WORKERS", "parse_seconds", "register"]
 
+MAX_WORKERS = 4096
+MAX_STEPS = 100_000
 _SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "": 1.0}
+_FLAGS = {"partition_bytes": "--partition", "credit_bytes": "--credit"}
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +40,8 @@ def register(subparsers: Any) -> None:
         "simulate", help="model a training job: iteration time, speed and the lower bound",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, choices=MODELS, help="layer profile")
-    parser.add_argument("--workers", type=int, default=8, help="workers (default 8)")
+    parser.add_argument("--workers", type=int, default=8,
+                        help=f"workers (default 8, at most {MAX_WORKERS})")
     parser.add_argument("--arch", choices=["ps", "allreduce"], default="allreduce",
                         help="parameter server or ring all-reduce (default allreduce)")
     parser.add_argument("--servers", type=int,
@@ -43,8 +50,10 @@ def register(subparsers: Any) -> None:
     rate.add_argument("--bandwidth", default="10gbit", help="per-link rate (default 10gbit)")
     rate.add_argument("--bandwidth-schedule", metavar="RATE:SECONDS,...",
                       help="repeating rate schedule, e.g. 10gbit:20,3gbit:20")
-    parser.add_argument("--partition", help="partition size, e.g. 4MB or 512KiB")
-    parser.add_argument("--credit", help="credit size (e.g. 16MB) or multiple (e.g. 4x)")
+    parser.add_argument("--partition", help="partition size, e.g. 4MB or 512KiB (default "
+                        "AUTOBYTE_PARTITION_BYTES or 1MiB)")
+    parser.add_argument("--credit", help="credit size (e.g. 16MB) or multiple (e.g. 4x) "
+                        "(default AUTOBYTE_CREDIT_BYTES or 4MiB)")
     parser.add_argument("--no-scheduling", action="store_true",
                         help="send whole tensors in framework order (the unscheduled baseline)")
     parser.add_argument("--batch-size", type=int, default=32, help="per worker (default 32)")
@@ -55,57 +64,85 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--latency", default=f"{DEFAULT_LATENCY_S * 1e6:g}us",
                         help="latency per message or ring hop (default %(default)s)")
     parser.add_argument("--steps", type=int, default=1,
-                        help="iterations to average (use more with a schedule)")
+                        help="iterations to average (default 1; use more with a schedule)")
     parser.add_argument("--grid", action="store_true",
                         help="evaluate the whole search space and mark the best")
-    parser.add_argument("--partitions", help="grid partition sizes, comma-separated")
-    parser.add_argument("--credits", help="grid credit multiples, comma-separated (1..16)")
+    parser.add_argument("--partitions", help="grid partition sizes, comma-separated "
+                        "(default 64KiB..64MiB)")
+    parser.add_argument("--credits", help="grid credit multiples, comma-separated "
+                        "(1..16, default all)")
     parser.set_defaults(func=run)
 
 
 def parse_seconds(value: str, name: str) -> float:
     """``"100us"``, ``"0.5ms"``, ``"2s"`` or a bare number of seconds."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)\s*", str(value))
+    match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)\s*",
+                         str(value))
     if match is None or match.group(2) not in _SECONDS:
         raise ConfigError(f"{name} must be a duration like '100us', '0.5ms' or '0.001', "
                           f"but got {name}={value!r}")
-    return float(match.group(1)) * _SECONDS[match.group(2)]
+    seconds = float(match.group(1)) * _SECONDS[match.group(2)]
+    if seconds < 0:
+        raise ConfigError(f"{name} must be >= 0, but got {name}={value!r}")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
     from common.sim import get_profile
 
+    options = _sim_options(args)  # every flag checked before anything is printed
+    config = _config(args)
+    space = _space(args) if args.grid else None
     profile = get_profile(args.model, compute_scale=args.compute_scale,
                           batch_size=args.batch_size)
-    options = _sim_options(args)
     print(f"model {profile.name}: {len(profile.layers)} layers, "
           f"{format_bytes(profile.total_bytes)} of gradients, compute "
           f"{profile.compute_s * 1e3:.1f} ms/iteration at batch {profile.batch_size}")
-    cluster = f"{options['workers']} workers, {options['arch']}"
+    cluster = f"{_plural(options['workers'], 'worker')}, {options['arch']}"
     if options["arch"] == "ps":
-        cluster += f" with {options['servers']} server(s)"
+        cluster += f" with {_plural(options['servers'], 'server')}"
     link = (f"schedule {args.bandwidth_schedule} (repeating)" if args.bandwidth_schedule
-            else format_rate(parse_rate(args.bandwidth, "--bandwidth")))
+            else format_rate(options["bandwidth"]))
     print(f"cluster: {cluster}, links {link}, overhead {args.overhead}/block, "
           f"latency {args.latency}")
-    if args.grid:
-        return _grid(args, profile, options)
-    return _single(args, profile, options)
+    if space is not None:
+        base = config if (args.partition or args.credit) else Config()
+        return _grid(space, base, profile, options)
+    return _single(args, config, profile, options)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _count(value: int, flag: str, low: int, high: int, why: str = "") -> int:
+    if not low <= value <= high:
+        raise ConfigError(f"{flag} must be between {low} and {high}{why}, but got "
+                          f"{flag}={value}")
+    return value
 
 
 def _sim_options(args: argparse.Namespace) -> dict[str, Any]:
     from common.sim import BandwidthSchedule
 
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, but got --workers={args.workers}")
-    servers = args.workers if args.servers is None else args.servers
-    if servers < 1:
-        raise ConfigError(f"--servers must be >= 1, but got --servers={servers}")
-    bandwidth: Any = (BandwidthSchedule.parse(args.bandwidth_schedule)
-                      if args.bandwidth_schedule else args.bandwidth)
-    return {"workers": args.workers, "arch": args.arch, "servers": servers,
+    workers = _count(args.workers, "--workers", 1, MAX_WORKERS,
+                     " (larger jobs use hierarchical all-reduce, which is not modelled)")
+    servers = _count(workers if args.servers is None else args.servers, "--servers", 1,
+                     MAX_WORKERS)
+    _count(args.batch_size, "--batch-size", 1, 1 << 20)
+    if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
+        raise ConfigError(f"--compute-scale must be > 0, but got "
+                          f"--compute-scale={args.compute_scale:g}")
+    bandwidth: Any = parse_rate(args.bandwidth, "--bandwidth")
+    if args.bandwidth_schedule:
+        try:
+            bandwidth = BandwidthSchedule.parse(args.bandwidth_schedule)
+        except ConfigError as exc:
+            raise ConfigError(f"--bandwidth-schedule: {exc}") from None
+    return {"workers": workers, "arch": args.arch, "servers": servers,
             "bandwidth": bandwidth, "overhead_s": parse_seconds(args.overhead, "--overhead"),
-            "latency_s": parse_seconds(args.latency, "--latency"), "steps": args.steps}
+            "latency_s": parse_seconds(args.latency, "--latency"),
+            "steps": _count(args.steps, "--steps", 1, MAX_STEPS)}
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -117,19 +154,44 @@ def _config(args: argparse.Namespace) -> Config:
             multiple = float(multiple_text)
         except ValueError:
             multiple = -1.0
-        if multiple < 1:
+        if not multiple >= 1:
             raise ConfigError(f"--credit as a multiple must be a number >= 1 followed by x, "
                               f"e.g. 4x, but got --credit={credit!r}")
-        size = Config.from_env(partition_bytes=partition).partition_bytes
+        size = Config.from_env(partition_bytes=partition, flags=_FLAGS).partition_bytes
         credit = int(size * multiple)
     return Config.from_env(partition_bytes=partition, credit_bytes=credit,
-                           scheduling=False if args.no_scheduling else None)
+                           scheduling=False if args.no_scheduling else None, flags=_FLAGS)
 
 
-def _single(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> int:
+def _space(args: argparse.Namespace) -> Any:
+    from common.tuners import MAX_CREDIT_MULTIPLE, SearchSpace
+
+    options: dict[str, Any] = {}
+    if args.partitions:
+        sizes = [parse_bytes(p, "--partitions") for p in args.partitions.split(",")]
+        if not all(MIN_PARTITION_BYTES <= s <= MAX_PARTITION_BYTES for s in sizes):
+            raise ConfigError(f"--partitions must be sizes between "
+                              f"{format_bytes(MIN_PARTITION_BYTES)} and "
+                              f"{format_bytes(MAX_PARTITION_BYTES)}, but got "
+                              f"--partitions={args.partitions!r}")
+        options["partitions"] = sizes
+    if args.credits:
+        try:
+            multiples = [int(m) for m in args.credits.split(",")]
+        except ValueError:
+            multiples = []
+        if not multiples or not all(1 <= m <= MAX_CREDIT_MULTIPLE for m in multiples):
+            raise ConfigError(f"--credits must be comma-separated whole multiples from 1 to "
+                              f"{MAX_CREDIT_MULTIPLE}, e.g. 1,2,4,8, but got "
+                              f"--credits={args.credits!r}")
+        options["credit_multiples"] = multiples
+    return SearchSpace(**options)
+
+
+def _single(args: argparse.Namespace, config: Config, profile: Any,
+            options: dict[str, Any]) -> int:
     from common.sim import simulate
 
-    config = _config(args)
     result = simulate(profile, config, **options)
     blocks = len(result.trace) / len(result.step_s)
     print(f"config: {config.describe()}")
@@ -148,21 +210,9 @@ def _single(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> 
     return 0
 
 
-def _grid(args: argparse.Namespace, profile: Any, options: dict[str, Any]) -> int:
+def _grid(space: Any, base: Config, profile: Any, options: dict[str, Any]) -> int:
     from common.sim import lower_bound, simulate
-    from common.tuners import SearchSpace
 
-    space_options: dict[str, Any] = {}
-    if args.partitions:
-        space_options["partitions"] = [p.strip() for p in args.partitions.split(",")]
-    if args.credits:
-        try:
-            space_options["credit_multiples"] = [int(m) for m in args.credits.split(",")]
-        except ValueError:
-            raise ConfigError(f"--credits must be comma-separated whole multiples, e.g. "
-                              f"1,2,4,8, but got --credits={args.credits!r}") from None
-    space = SearchSpace(**space_options)
-    base = _config(args) if (args.partition or args.credit) else Config()
     speeds = {(p, m): simulate(profile, space.config(p, m, base),
                                **{**options, "trace": False}).speed for p, m in space}
     best = max(speeds, key=lambda k: speeds[k])

@@ -18,13 +18,13 @@ FAST = Config(partition_bytes="1MiB", credit_bytes="4MiB").to_dict()
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"rates": "1gbit,100mbit,10mbit"}, "rates must be one rate or two"),
-    ({"rates": "fast"}, "rates"),
-    ({"steps": 10}, "steps must be at least 4 windows"),
-    ({"switch_step": 500}, "switch_step must be in \\(0, 200\\)"),
-    ({"start": "1KiB:1KiB"}, "partition_bytes must be between 4096"),
-    ({"start": "1MiB:64KiB"}, "credit_bytes must be >= partition_bytes"),
-    ({"tuner": "magic"}, "tuner must be one of"),
+    ({"rates": "1gbit,100mbit,10mbit"}, "--rates must be one rate or two"),
+    ({"rates": "fast"}, "--rates"),
+    ({"steps": 10}, "--steps must be at least 4 windows"),
+    ({"switch_step": 500}, "--switch-step must be in \\(0, 200\\)"),
+    ({"start": "1KiB:1KiB"}, "--start partition must be between 4096"),
+    ({"start": "1MiB:64KiB"}, "--start credit must be >= --start partition"),
+    ({"tuner": "magic"}, "--tuner must be one of"),
 ])
 def test_bad_arguments_are_refused_before_anything_starts(changes: dict[str, Any], message: str,
                                                          tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_bad_arguments_are_refused_before_anything_starts(changes: dict[str, Any
 
 def test_cli_reports_a_bad_argument_with_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--steps", "8"]) == 2
-    assert "steps must be at least 4 windows" in capsys.readouterr().err
+    assert "--steps must be at least 4 windows" in capsys.readouterr().err
 
 
 def window(first: int, config: dict[str, Any], speed: float) -> dict[str, Any]:
