@@ -112,9 +112,9 @@ class Controller:
         """The step about to run traces anew (its time is warm-up, not steady state)."""
         self._traced = True
 
-    def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan:
-        """The plan for one all-reduce call; the largest call (the gradients) gets measured
-        times once rank 0 has broadcast them, every other call keeps readiness order."""
+    def note_call(self, tensors: tuple[TensorInfo, ...]) -> None:
+        """An all-reduce of ``tensors`` is traced; the largest call is the gradients', whose
+        layers and bytes the statistics describe."""
         self._traced = True
         if self._main is None or _bytes(tensors) > _bytes(self._main):
             self._main = tensors
@@ -124,6 +124,11 @@ class Controller:
             self._layer_of = layer_of([t.rank for t in tensors])
             if self.agent is not None:
                 self.agent.set_layer_bytes([int(b) for b in per_layer(nbytes, self._layer_of)])
+
+    def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan:
+        """The plan for one all-reduce call; the largest call (the gradients) gets measured
+        times once rank 0 has broadcast them, every other call keeps readiness order."""
+        self.note_call(tensors)
         times = self._times.get(tensors)
         key = (tensors, times is not None)
         plan = self._plans.get(key)

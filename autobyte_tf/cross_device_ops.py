@@ -9,8 +9,9 @@ the planned order, and the results are split back. Collectives that share an ord
 in creation order, so ``lanes`` tokens bound the blocks in flight. Instance keys come from
 MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
 
-Native (scheduling off), eager calls, sparse gradients and tensors without a static shape take
-MWMS's own path unchanged.
+Native (scheduling off) takes MWMS's own path, with the same ready stamps on its results, so
+native windows carry the statistics the tuner needs to leave native; eager calls, sparse
+gradients and tensors without a static shape take MWMS's own path unchanged.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class Planner(Protocol):
     @property
     def scheduling(self) -> bool: ...
 
+    def note_call(self, tensors: tuple[TensorInfo, ...]) -> None:
+        """An all-reduce of ``tensors`` is being traced (native or planned)."""
+        ...
+
     def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan: ...
 
     def stamps(self) -> ReadyStamps | None:
@@ -70,16 +75,24 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
 
     def _all_reduce(self, reduce_op: Any, value: Any, replica_id: int, options: Any) -> Any:
         flat = tf.nest.flatten(value)
-        if not self._planner.scheduling or tf.executing_eagerly() or not flat or \
-                not all(_schedulable(t) for t in flat):
+        if tf.executing_eagerly() or not flat or not all(_schedulable(t) for t in flat):
             return super()._all_reduce(reduce_op, value, replica_id, options)
         infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size,
                                  rank=t.shape.rank if t.shape.rank is not None else 2,
                                  dtype=t.dtype.name)
                       for i, t in enumerate(flat))
-        plan = self._planner.plan_for(infos)
         stamps = self._planner.stamps()
         device = self._devices[replica_id]
+        if not self._planner.scheduling:  # MWMS's own pack, with the same statistics
+            self._planner.note_call(infos)
+            native = tf.nest.flatten(super()._all_reduce(reduce_op, value, replica_id, options))
+            if stamps is None:
+                return tf.nest.pack_sequence_as(value, native)
+            with tf.device(device), tf.name_scope("autobyte_native"):
+                marks = _ready_marks(flat, infos, stamps, self._sampling)
+                return tf.nest.pack_sequence_as(
+                    value, [after(m, r) for m, r in zip(marks, native, strict=True)])
+        plan = self._planner.plan_for(infos)
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
             reduced = self._issue(flat, plan, replica_id, options)
             marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)

@@ -89,8 +89,7 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
                                    steps=args.steps, window=window, baseline=True)],
                           rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         auto = run_jobs([JobSpec(f"auto-{name}-r{r}", framework=framework, model=model,
-                                 steps=args.steps, window=window, tuner="meta",
-                                 start=None)],
+                                 steps=args.steps, window=window, shipped=True)],
                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         sweep = tuple(args.grid_configs)
         grid = run_jobs([JobSpec(f"grid-{name}-r{r}", framework=framework, model=model,

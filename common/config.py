@@ -68,12 +68,7 @@ class Config:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _PARSERS[f.name](getattr(self, f.name), f.name))
-        if self.credit_bytes < self.partition_bytes:
-            raise ConfigError(
-                "credit_bytes must be >= partition_bytes (the window must hold one chunk), but "
-                f"got credit_bytes={self.credit_bytes} ({format_bytes(self.credit_bytes)}) < "
-                f"partition_bytes={self.partition_bytes} ({format_bytes(self.partition_bytes)})"
-            )
+        _check_credit(self.partition_bytes, self.credit_bytes, {})
 
     @property
     def credit_multiple(self) -> float:
@@ -95,24 +90,38 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *,
-                 start: Mapping[str, Any] | None = None, **overrides: Any) -> Config:
+                 start: Mapping[str, Any] | None = None, flags: Mapping[str, str] | None = None,
+                 **overrides: Any) -> Config:
         """Defaults, overlaid by ``start`` (an adapter's own starting knobs,
-        ``common.plan.START``), by ``AUTOBYTE_*`` variables, then by keyword ``overrides``."""
+        ``common.plan.START``), by ``AUTOBYTE_*`` variables, then by keyword ``overrides``.
+
+        An error names what the user set: the variable, or for an override its entry in
+        ``flags`` (a command's ``{"partition_bytes": "--partition"}``), else the keyword."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = dict(start or {})
         fields = {f.name for f in dataclasses.fields(cls)}
+        names: dict[str, str] = {}
         for key, raw in env.items():
             if not key.startswith(ENV_PREFIX):
                 continue
             name = key[len(ENV_PREFIX):].lower()
             if name in fields:
-                values[name] = raw
+                values[name], names[name] = raw, key
             elif key not in _OTHER_ENV_VARS:
                 log.warning("ignoring unknown environment variable %s; known: %s",
                             key, ", ".join(known_env_vars()))
         _check_names(overrides)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        _check_names(flags or {})
+        for name, value in overrides.items():
+            if value is not None:
+                values[name], names[name] = value, (flags or {}).get(name, name)
+        if "scheduling" not in names and names.keys() & {"partition_bytes", "credit_bytes"}:
+            values["scheduling"] = True  # knobs set by hand schedule, whatever the start says
+        parsed = {k: _PARSERS[k](v, names.get(k, k)) for k, v in values.items()}
+        default = cls()
+        _check_credit(parsed.get("partition_bytes", default.partition_bytes),
+                      parsed.get("credit_bytes", default.credit_bytes), names)
+        return cls(**parsed)
 
     def describe(self) -> str:
         if not self.scheduling:
@@ -133,12 +142,25 @@ def _check_names(values: Mapping[str, Any]) -> None:
         raise ConfigError(f"unknown option(s) {unknown}; allowed: {sorted(fields)}")
 
 
+def _check_credit(partition: int, credit: int, names: Mapping[str, str]) -> None:
+    """The window must hold one chunk; ``names`` says what the user called each field."""
+    if credit < partition:
+        p_name = names.get("partition_bytes", "partition_bytes")
+        c_name = names.get("credit_bytes", "credit_bytes")
+        raise ConfigError(
+            f"{c_name} must be >= {p_name} (the window must hold one chunk), but got "
+            f"{c_name}={credit} ({format_bytes(credit)}) < {p_name}={partition} "
+            f"({format_bytes(partition)})"
+        )
+
+
 def _size_in(low: int, high: int) -> Callable[[Any, str], int]:
     def parse(value: Any, name: str) -> int:
         size = parse_bytes(value, name)
         if not low <= size <= high:
+            positive = "positive, " if size <= 0 else ""
             raise ConfigError(
-                f"{name} must be between {low} ({format_bytes(low)}) and {high} "
+                f"{name} must be {positive}between {low} ({format_bytes(low)}) and {high} "
                 f"({format_bytes(high)}) bytes, but got {name}={value!r}"
             )
         return size

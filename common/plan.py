@@ -42,13 +42,15 @@ __all__ = ["MAX_LANES", "START", "Block", "Layout", "Scheduler", "Segment", "Sen
 
 ARCHS = ("allreduce", "ps")
 MAX_LANES = 32  # more concurrent collectives than this only adds executor overhead
-# Where a job starts before anything is measured. A ring all-reduce pays 2(n-1) message
-# latencies and one framework collective per block, a parameter server two messages per key,
-# so all-reduce starts on fewer, larger blocks (TensorFlow, MobileNetV2 at 3 Gbit/s: 1 MiB
-# blocks cost rank 0 20 ms of CPU a step more than native, 4 MiB blocks none).
-START: dict[str, dict[str, int]] = {
-    "allreduce": {"partition_bytes": 4 << 20, "credit_bytes": 16 << 20},
-    "ps": {"partition_bytes": 1 << 20, "credit_bytes": 4 << 20},
+# Where a job starts: native, since before compute and communication are measured no plan
+# can know that scheduling pays (a fast model on few blocks loses up to a quarter with it);
+# the loop's guard measures the meta-network's pick once its gain pays for the switch. The
+# knobs are where scheduling starts when switched on by hand: a ring all-reduce pays 2(n-1)
+# message latencies and one framework collective per block, a parameter server two messages
+# per key, so all-reduce on fewer, larger blocks.
+START: dict[str, dict[str, int | bool]] = {
+    "allreduce": {"partition_bytes": 4 << 20, "credit_bytes": 16 << 20, "scheduling": False},
+    "ps": {"partition_bytes": 1 << 20, "credit_bytes": 4 << 20, "scheduling": False},
 }
 
 

@@ -37,7 +37,8 @@ def knobs_label(partition: int, credit: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """One training job. ``start`` is (partition, credit) bytes, or None for the adapter's
-    own default (AutoByte as shipped); ``tuner`` a tuner name or "none"; ``baseline`` runs the
+    own default; ``tuner`` a tuner name or "none"; ``shipped`` sets no AUTOBYTE_* knob at all
+    (AutoByte as shipped: ``window`` is then only the progress records'); ``baseline`` runs the
     framework without AutoByte; ``sweep`` switches through fixed configurations every
     ``sweep_steps`` steps (the first is ``start``)."""
 
@@ -53,6 +54,7 @@ class JobSpec:
     sweep: tuple[tuple[int, int], ...] = ()
     sweep_steps: int = 20
     join_at: int | None = None  # start when the first job reaches this step
+    shipped: bool = False
 
     def __post_init__(self) -> None:
         if self.framework not in MODULES:
@@ -79,10 +81,12 @@ class JobSpec:
         return cmd
 
     def env(self, log_dir: Path) -> dict[str, str]:
-        env = {"AUTOBYTE_TUNER": "observe" if self.sweep else self.tuner,
-               "AUTOBYTE_WINDOW_STEPS": str(self.window),
-               "AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
+        env = {"AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
                "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
+        if self.shipped:
+            return env
+        env["AUTOBYTE_TUNER"] = "observe" if self.sweep else self.tuner
+        env["AUTOBYTE_WINDOW_STEPS"] = str(self.window)
         if self.start is not None:
             env["AUTOBYTE_PARTITION_BYTES"] = str(self.start[0])
             env["AUTOBYTE_CREDIT_BYTES"] = str(self.start[1])

@@ -7,6 +7,9 @@ turn a switch into a Decision at a step far enough ahead that every worker hears
 at least ``lead_steps`` steps and ``lead_s`` seconds (at the measured step time) after the
 window, rounded up to a window boundary.
 While a decision is pending (its step not yet reached), windows are observed but not acted on.
+The loop decides at most once per ``decide_every_s`` of training: a model's predictions cost
+the coordinator tens of milliseconds of CPU, which on a fast job (10 ms steps, 5-step windows)
+rank 0 would pay every 50 ms; the windows between are measured and logged.
 
 The loop also measures what switching costs this job: the first window on a new configuration
 carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
@@ -24,14 +27,15 @@ speed in force moves threefold); a configuration measured slower than native bey
 ``noise_band`` is never switched to, and one the job is on goes back to native after
 ``guard_windows`` such windows; when the guard's measurement of native comes out slower than
 the configuration it left, the job goes straight back (the trigger may still be waiting for
-its predictions to settle). On native, the guard measures the model's pick for one window
-when the model ranks it above its own prediction of native by more than the gain threshold
-(once per conditions): a model far off on an unseen job still ranks, but its speeds are too
-low for the trigger to ever leave native; the pick stays only if it measures faster than
-native beyond ``noise_band``. A configuration the guard left stays barred for
-``veto_windows`` windows, adaptations included (a predictor that keeps overrating it would
-otherwise lead the job back after every adaptation). The decision log says when the guard
-acted.
+its predictions to settle). On native (where jobs start, ``common.plan.START``), the guard
+measures the model's pick for one window when the model ranks it above its own prediction of
+native by more than the gain threshold and that gain (at most ``PROBE_GAIN_CAP``) over the
+time trained so far pays for the switch (once per conditions): a model far off on an unseen
+job still ranks, but its speeds are too low for the trigger to ever leave native; the pick
+stays only if it measures faster than native beyond ``noise_band``. A configuration the guard
+left stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
+overrating it would otherwise lead the job back after every adaptation). The decision log says
+when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -39,8 +43,8 @@ the trigger may not ask the predictor to adapt yet (its cooldown), so no stale m
 lures the job back.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
-present: ``observe_window(observation)`` (the Table II features of every complete window,
-those not decided on included, before ``propose``),
+present: ``observe_window(observation)`` (the Table II features of each window decided on,
+before ``propose``),
 ``predict(configs) -> speeds`` (a model: the meta-network), ``candidates`` (a list or a method
 returning the Configs it can score: the best few other ones are offered to the trigger and
 logged), and ``adapt(observations)`` or ``reset()`` (the trigger saw predictions drift: the
@@ -69,6 +73,7 @@ log = logging.getLogger(__name__)
 
 _Knobs = tuple[int, int, bool]
 CHANGED = 3.0  # a speed this many times off its own measurement: conditions changed
+PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is weighed against
 
 
 class TunerLike(Protocol):
@@ -82,7 +87,8 @@ class TuningLoop:
                  decision_log: DecisionLog | None = None, lead_steps: int | None = None,
                  lead_s: float = 0.3, session: str = "", history: int = 5,
                  guard: bool = True, noise_band: float = 0.03, guard_windows: int = 2,
-                 veto_windows: int = 30, guard_budget: float = 0.05) -> None:
+                 veto_windows: int = 30, guard_budget: float = 0.05,
+                 decide_every_s: float = 1.0) -> None:
         self.current = config
         self.tuner = tuner
         self.trigger = trigger
@@ -91,9 +97,12 @@ class TuningLoop:
         self.lead_steps = self.window_steps if lead_steps is None else lead_steps
         self.lead_s = lead_s
         self.top_candidates = 4
-        if self.lead_steps < 0 or not lead_s >= 0:
-            raise ConfigError(f"lead_steps and lead_s must be >= 0, got lead_steps="
-                              f"{self.lead_steps}, lead_s={lead_s!r}")
+        if self.lead_steps < 0 or not lead_s >= 0 or not decide_every_s >= 0:
+            raise ConfigError(f"lead_steps, lead_s and decide_every_s must be >= 0, got "
+                              f"lead_steps={self.lead_steps}, lead_s={lead_s!r}, "
+                              f"decide_every_s={decide_every_s!r}")
+        self.decide_every_s = decide_every_s
+        self._decided_at: float | None = None  # trained_s when a window was last decided on
         self.session = session
         self.pending: Decision | None = None
         self.latest: Decision | None = None
@@ -143,7 +152,6 @@ class TuningLoop:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
             self._first_window = obs.window
         self._call("observe", obs.config, obs.speed)
-        self._call("observe_window", obs)
         if self.pending is not None:
             applied = knobs(obs.config) == knobs(self.pending.config)
             if not applied and obs.first_step < self.pending.step:
@@ -173,6 +181,15 @@ class TuningLoop:
                                       "a newer window is already here: measured, not "
                                       "decided on"})
             return None
+        if self._decided_at is not None and \
+                self.trained_s - self._decided_at < self.decide_every_s:
+            self._remember(obs)
+            self.log.write("window", {**record, "action": "measured", "reason":
+                                      f"deciding at most every {self.decide_every_s:g} s of "
+                                      "training"})
+            return None
+        self._decided_at = self.trained_s
+        self._call("observe_window", obs)
         self._check_conditions(obs)
         predicted_current = self._predict_current(obs)
         self._remember(obs)
@@ -253,12 +270,13 @@ class TuningLoop:
                 return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
                                f"below the {back:.1f} of {left.describe()}: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-            probe = self._probe(candidates, predicted_current) \
-                if cheap and native is not None else None
-            if probe is not None:
+            probe = self._probe(candidates, predicted_current) if native is not None else None
+            ratio = 0.0 if probe is None else \
+                (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
+            if probe is not None and \
+                    self.switch_cost_s <= min(ratio, PROBE_GAIN_CAP) * self.trained_s:
                 self._probed = True
                 self._explored_from = self.current
-                ratio = (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
                 return Verdict("explore", probe.config, f"guard: the model ranks "
                                f"{probe.config.describe()} {ratio:+.1%} above its own "
                                f"prediction of native ({native:.1f} samples/s measured): "

@@ -16,4 +16,4 @@ class DefaultTuner(Tuner):
 
     def propose(self) -> Config:
         return self.base.replace(partition_bytes=P3_PARTITION_BYTES,
-                                 credit_bytes=P3_PARTITION_BYTES)
+                                 credit_bytes=P3_PARTITION_BYTES, scheduling=True)

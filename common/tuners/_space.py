@@ -73,9 +73,11 @@ class SearchSpace:
         return isinstance(config, Config) and self.point(config) in set(self)
 
     def config(self, partition: int, multiple: int, base: Config | None = None) -> Config:
-        """The Config for one point; other fields come from ``base`` (defaults otherwise)."""
+        """The Config for one point, scheduled; other fields come from ``base`` (defaults
+        otherwise), which may be native (where jobs start)."""
         base = base or Config()
-        return base.replace(partition_bytes=partition, credit_bytes=partition * multiple)
+        return base.replace(partition_bytes=partition, credit_bytes=partition * multiple,
+                            scheduling=True)
 
     def native_config(self, base: Config | None = None) -> Config:
         return (base or Config()).replace(scheduling=False)

@@ -334,3 +334,43 @@ def test_the_jobs_first_window_is_not_a_measurement() -> None:
     assert loop.measured(A) is None
     loop.on_observation(observation(A, 100.0, 10))
     assert loop.measured(A) == 100.0
+
+
+def test_a_probe_waits_until_the_predicted_gain_pays_for_the_switch() -> None:
+    """The first window traced for 20 s; the model ranks B 25% above native: the probe comes
+    once 25% of the time trained covers 20 s (80 s), not before."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    assert loop.on_observation(observation(native, 120.0, 0, warmup_steps=1,
+                                           warmup_s=20.0)) is None
+    for w in range(1, 200):
+        decision = loop.on_observation(observation(native, 120.0, 10 * w))
+        if decision is not None:
+            break
+    assert decision is not None and knobs(decision.config) == knobs(B)
+    assert 79 <= loop.trained_s <= 82, loop.trained_s
+
+
+def test_decisions_at_most_every_decide_every_s_of_training(tmp_path: Path) -> None:
+    """Windows of 0.1 s (a fast model): the model is asked once a second, every window logged."""
+    log = DecisionLog(tmp_path / "d.jsonl")
+    tuner = PredictingTuner(SPEED, [A, B, C])
+    calls = 0
+    predict = tuner.predict
+
+    def counted(configs: list[Config]) -> list[float]:
+        nonlocal calls
+        calls += 1
+        return predict(configs)
+
+    tuner.predict = counted  # type: ignore[method-assign]
+    loop = TuningLoop(guard=False, config=A, tuner=tuner,
+                      trigger=ThresholdTrigger(explore_budget=0), decision_log=log)
+    for w in range(100):  # 10 s of training in windows of one step of 0.1 s
+        loop.on_observation(observation(loop.current, SPEED[knobs(loop.current)], w, steps=1))
+    windows = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
+    assert len(windows) == 100
+    decided = [w for w in windows if w["action"] in ("stay", "switch", "explore")]
+    assert 5 <= len(decided) <= 11, len(decided)  # pending decisions wait a few windows
+    assert calls <= 4 * len(decided)

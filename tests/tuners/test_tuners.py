@@ -128,6 +128,9 @@ def test_search_space_defaults_and_validation() -> None:
     assert SearchSpace(partitions=["4MiB", 4 * MIB, "1MiB"]).partitions == (MIB, 4 * MIB)
     assert Config(partition_bytes=MIB, credit_bytes=4 * MIB) in space
     assert Config(partition_bytes=MIB, credit_bytes=32 * MIB) not in space
+    native_base = Config(scheduling=False, window_steps=7)  # where jobs start
+    native, *configs = space.configs(native_base)
+    assert not native.scheduling and all(c.scheduling and c.window_steps == 7 for c in configs)
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), [

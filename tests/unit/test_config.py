@@ -19,7 +19,9 @@ def test_sizes_accept_strings() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"partition_bytes": -1}, r"partition_bytes must be between 4096 .* got partition_bytes=-1"),
+    ({"partition_bytes": -1},
+     r"partition_bytes must be positive, between 4096 .* got partition_bytes=-1"),
+    ({"partition_bytes": "-4MiB"}, r"partition_bytes must be positive, .*='-4MiB'"),
     ({"partition_bytes": 0}, "partition_bytes=0"),
     ({"partition_bytes": "2GiB"}, "partition_bytes='2GiB'"),
     ({"partition_bytes": "1MiB", "credit_bytes": "512KiB"}, "credit_bytes must be >= partition"),
@@ -50,16 +52,50 @@ def test_an_adapters_start_is_under_the_environment_and_keywords() -> None:
     from common.plan import START
 
     start = Config.from_env({}, start=START["allreduce"])
-    assert (start.partition_bytes, start.credit_bytes) == (4 << 20, 16 << 20)
+    assert (start.partition_bytes, start.credit_bytes, start.scheduling) == \
+        (4 << 20, 16 << 20, False)  # jobs start native
     env = {"AUTOBYTE_PARTITION_BYTES": "256KiB"}
     config = Config.from_env(env, start=START["allreduce"], credit_bytes="1MiB")
     assert (config.partition_bytes, config.credit_bytes) == (256 << 10, 1 << 20)
-    assert Config.from_env({}, start=START["ps"]) == Config()
+    assert config.scheduling  # knobs set by hand mean scheduling
+    off = Config.from_env({**env, "AUTOBYTE_SCHEDULING": "0"}, start=START["allreduce"])
+    assert not off.scheduling and off.partition_bytes == 256 << 10
+    assert Config.from_env({}, start=START["ps"]) == Config(scheduling=False)
 
 
-def test_env_errors_name_the_variable_value() -> None:
-    with pytest.raises(ConfigError, match="partition_bytes='lots'"):
-        Config.from_env({"AUTOBYTE_PARTITION_BYTES": "lots"})
+@pytest.mark.parametrize(("env", "message"), [
+    ({"AUTOBYTE_PARTITION_BYTES": "lots"},
+     r"^AUTOBYTE_PARTITION_BYTES must be a number .* got AUTOBYTE_PARTITION_BYTES='lots'$"),
+    ({"AUTOBYTE_PARTITION_BYTES": "-5"},
+     r"^AUTOBYTE_PARTITION_BYTES must be positive, .* got AUTOBYTE_PARTITION_BYTES='-5'$"),
+    ({"AUTOBYTE_TUNER": "genetic"}, r"^AUTOBYTE_TUNER must be one of .*='genetic'$"),
+    ({"AUTOBYTE_SCHEDULING": "maybe"}, r"^AUTOBYTE_SCHEDULING must be true/false"),
+    ({"AUTOBYTE_WINDOW_STEPS": "0"}, r"^AUTOBYTE_WINDOW_STEPS must be between 1 and"),
+    ({"AUTOBYTE_GAIN_THRESHOLD": "x"}, r"^AUTOBYTE_GAIN_THRESHOLD must be a float"),
+    ({"AUTOBYTE_CREDIT_BYTES": "512KiB"},
+     r"^AUTOBYTE_CREDIT_BYTES must be >= partition_bytes .* got AUTOBYTE_CREDIT_BYTES=524288 "
+     r"\(512KiB\) < partition_bytes=1048576"),
+])
+def test_env_errors_name_the_variable_and_its_value(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_env(env)
+
+
+def test_keywords_name_the_keyword_or_the_flag_they_came_from() -> None:
+    with pytest.raises(ConfigError, match=r"^partition_bytes must be a number .*='lots'$"):
+        Config.from_env({}, partition_bytes="lots")
+    flags = {"partition_bytes": "--partition", "credit_bytes": "--credit"}
+    with pytest.raises(ConfigError, match=r"^--partition must be .* got --partition='lots'$"):
+        Config.from_env({}, partition_bytes="lots", flags=flags)
+    with pytest.raises(ConfigError, match=r"^--credit must be >= AUTOBYTE_PARTITION_BYTES"):
+        Config.from_env({"AUTOBYTE_PARTITION_BYTES": "2MiB"}, credit_bytes="1MiB", flags=flags)
+    with pytest.raises(ConfigError, match="unknown option"):
+        Config.from_env({}, flags={"partition": "--partition"})
+
+
+def test_a_keyword_replaces_an_invalid_variable_unread() -> None:
+    env = {"AUTOBYTE_PARTITION_BYTES": "lots"}
+    assert Config.from_env(env, partition_bytes="2MiB").partition_bytes == 2 << 20
 
 
 def test_unknown_env_variable_is_reported(caplog: pytest.LogCaptureFixture) -> None:
