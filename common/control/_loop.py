@@ -27,7 +27,8 @@ speed in force moves threefold); a configuration measured slower than native bey
 ``noise_band`` is never switched to, and one the job is on goes back to native after
 ``guard_windows`` such windows; when the guard's measurement of native comes out slower than
 the configuration it left, the job goes straight back (the trigger may still be waiting for
-its predictions to settle). On native (where jobs start, ``common.plan.START``), the guard
+its predictions to settle), and no prediction leads the job to a configuration this job
+measured slower than the one in force, under the same conditions. On native (where jobs start, ``common.plan.START``), the guard
 measures the model's pick for one window when the model ranks it above its own prediction of
 native by more than the gain threshold and that gain (at most ``PROBE_GAIN_CAP``) over the
 time trained so far pays for the switch (once per conditions): a model far off on an unseen
@@ -297,8 +298,12 @@ class TuningLoop:
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
         barred = None
-        if verdict.action != "stay" and verdict.config.scheduling:
-            why = self._barred(verdict.config, native)
+        if verdict.action != "stay":
+            why = self._barred(verdict.config, native) if verdict.config.scheduling else ""
+            there, here = self.measured(verdict.config), self.measured(self.current)
+            if not why and there is not None and here is not None and \
+                    there < here * (1.0 - self.noise_band):
+                why = f"measured {there:.1f} samples/s, below the {here:.1f} in force"
             if why:
                 barred = verdict = Verdict("stay", self.current, f"guard: not switching to "
                                            f"{verdict.config.describe()}, {why}", verdict.gain,

@@ -374,3 +374,17 @@ def test_decisions_at_most_every_decide_every_s_of_training(tmp_path: Path) -> N
     decided = [w for w in windows if w["action"] in ("stay", "switch", "explore")]
     assert 5 <= len(decided) <= 11, len(decided)  # pending decisions wait a few windows
     assert calls <= 4 * len(decided)
+
+
+def test_a_prediction_never_leads_back_to_a_configuration_measured_slower() -> None:
+    """After a probe found B faster than native, a model adapted to B (right about it) that
+    rates native 7% above it does not move the job back: both were measured here."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    applied = _run(loop, 8, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0})
+    assert [knobs(c) for _, c in applied] == [knobs(B)]
+    loop.tuner._predictions = {NATIVE: 160.0, knobs(A): 100.0,  # type: ignore[union-attr]
+                               knobs(B): 150.0}
+    for w in range(8, 16):
+        assert loop.on_observation(observation(B, 150.0, 10 * w)) is None
