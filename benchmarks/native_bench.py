@@ -3,6 +3,8 @@
     sudo .venv/bin/python benchmarks/native_bench.py                    # the default sweep
     sudo .venv/bin/python benchmarks/native_bench.py --frameworks tensorflow \\
         --models mobilenetv2 --rates 1gbit --rounds 1                     # one cell
+    sudo .venv/bin/python benchmarks/native_bench.py --models mlp,cnn --rates 1gbit \
+        --min-seconds 40                                                   # jobs of 40 s or more
 
 For every framework x model x link rate, on the testbed (2 workers; MXNet adds a scheduler and
 a server), each round runs one job after another: native (plain MultiWorkerMirroredStrategy /
@@ -38,7 +40,8 @@ SERVERS = 1  # MXNet jobs of common.bench run one server
 BATCH = 32  # per worker (the demo workers' default)
 COLUMNS = ["framework", "model", "rate", "rounds", "native", "autobyte", "autobyte/native",
            "best_fixed", "best_fixed/native", "grid_native", "bound", "autobyte/bound",
-           "native/bound", "compute_s", "comm_s", "link_mbit", "gradient_mb", "final_config"]
+           "native/bound", "compute_s", "comm_s", "link_mbit", "gradient_mb", "final_config",
+           "steps"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rates", default="100mbit,300mbit,1gbit,3gbit")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=60, help="steps of the native and AutoByte jobs")
+    p.add_argument("--min-seconds", type=float, default=0.0,
+                   help="make the native and AutoByte jobs at least this long: a native job "
+                        "of --steps per cell measures the step time first (a fast model's 60 "
+                        "steps last a second, shorter than any real job's start-up)")
     p.add_argument("--window", type=int, default=5)
     p.add_argument("--grid", default="256KiB:1MiB,1MiB:4MiB,4MiB:16MiB,16MiB:32MiB,native",
                    help="fixed configurations of the grid job ('native' for native; the first "
@@ -84,12 +91,21 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
     window = args.window
     per_round: list[dict[str, float]] = []
     final = ""
+    steps = args.steps
+    if args.min_seconds > 0:
+        probe = run_jobs([JobSpec(f"steps-{name}", framework=framework, model=model,
+                                  steps=args.steps, window=window, baseline=True)],
+                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
+        per_step = WORKERS * BATCH / probe.mean_speed(first=window + 1)
+        steps = max(steps, window * math.ceil(args.min_seconds / per_step / window))
+        print(f"  {name}: {steps} steps a job ({per_step * 1e3:.0f} ms a native step)",
+              flush=True)
     for r in range(args.rounds):
         native = run_jobs([JobSpec(f"native-{name}-r{r}", framework=framework, model=model,
-                                   steps=args.steps, window=window, baseline=True)],
+                                   steps=steps, window=window, baseline=True)],
                           rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         auto = run_jobs([JobSpec(f"auto-{name}-r{r}", framework=framework, model=model,
-                                 steps=args.steps, window=window, shipped=True)],
+                                 steps=steps, window=window, shipped=True)],
                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         sweep = tuple(args.grid_configs)
         grid = run_jobs([JobSpec(f"grid-{name}-r{r}", framework=framework, model=model,
@@ -136,7 +152,8 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
             "grid_native": median("grid_native"), "bound": bound,
             "autobyte/bound": median("autobyte") / bound,
             "native/bound": median("native") / bound, "compute_s": compute_s, "comm_s": comm_s,
-            "link_mbit": link / 1e6, "gradient_mb": gradient / 1e6, "final_config": final}
+            "link_mbit": link / 1e6, "gradient_mb": gradient / 1e6, "final_config": final,
+            "steps": steps}
 
 
 def fmt(value: Any) -> str:
