@@ -51,6 +51,7 @@ class Config:
     credit_bytes: bytes allowed in flight at once (the sliding window); >= partition_bytes.
     scheduling: False is native, the framework's own path: MultiWorkerMirroredStrategy's packed
         all-reduce, or native dist_sync's one key per tensor (a point the tuners choose too).
+        The adapters start native (``common.plan.START``) unless a partition or credit is set.
     tuner: which tuner proposes new configurations while training runs.
     window_steps: steps per statistics window (the paper uses 10).
     gain_threshold: predicted relative gain needed before a reconfiguration (paper: 5%).
