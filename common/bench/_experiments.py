@@ -207,7 +207,8 @@ def convergence(plan: Plan) -> Result:
 
 # -- 2. dynamic bandwidth (Fig. 6)
 def dynamic(plan: Plan) -> Result:
-    """The link alternates between two rates every 20 steps: every method's throughput."""
+    """The link alternates between two rates every 20 steps: every method's throughput,
+    AutoByte as shipped (from native, live meta tuning, its own window)."""
     high, low = plan.rates[-1], plan.rates[0]
     period = 20
     steps = 80 if plan.quick else 240
@@ -218,8 +219,7 @@ def dynamic(plan: Plan) -> Result:
         "baseline": JobSpec("dyn-baseline", steps=steps, window=plan.window, baseline=True),
         "default": JobSpec("dyn-default", steps=steps, window=plan.window, start=DEFAULT),
         "bo-static": JobSpec("dyn-bo-static", steps=steps, window=plan.window, start=bo_pick),
-        "autobyte": JobSpec("dyn-autobyte", steps=steps, window=plan.window, tuner="meta",
-                            start=DEFAULT),
+        "autobyte": JobSpec("dyn-autobyte", steps=steps, window=plan.window, shipped=True),
     }
     runs = {k: run_jobs([s], rate=high, rate_changes=changes, out=plan.out / "jobs")[0]
             for k, s in specs.items()}
