@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         heartbeat_s=args.heartbeat, max_age_s=args.max_age,
         exit_when_done=args.exit_when_done, tuner_name=config.tuner)
     print(f"coordinator on {coordinator.endpoint} for {args.workers} worker(s), tuner "
-          f"{config.tuner}, log {path}", flush=True)
+          f"{coordinator.tuner_name}, log {path}", flush=True)
     previous = signal.signal(signal.SIGTERM, lambda *_: coordinator.request_stop())
     try:
         coordinator.run()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -72,6 +73,7 @@ class Coordinator:
             raise ControlError(f"coordinator cannot bind {bind!r}: {exc}") from None
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._peers: dict[bytes, str] = {}
+        self._answered: dict[bytes, float] = {}  # senders of forged messages, when answered
         self._byes: set[str] = set()
         self._windows: dict[int, dict[int, Window]] = {}
         self._ready: list[Observation] = []
@@ -82,8 +84,9 @@ class Coordinator:
         self._closed = False
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self.tuner_name = _tuner_name(tuner, tuner_name)  # the one in force, after fallbacks
         self.log.write("job", {"num_workers": num_workers, "config": config,
-                               "tuner": _tuner_name(tuner, tuner_name),
+                               "tuner": self.tuner_name,
                                "trigger": type(trig).__name__, "endpoint": self.endpoint,
                                "session": self._signer.session})
         log.info("coordinator listening on %s for %d worker(s)", self.endpoint, num_workers)
@@ -219,10 +222,24 @@ class Coordinator:
                 self._handle(identity, message)
             except ControlError as exc:
                 self.verifier.drop(exc, "coordinator")
+                if str(exc).startswith("forged"):
+                    self._answer_forged(identity)
             except Exception:  # a bug or a full disk must not end the coordinator
                 self._failures += 1
                 if self._failures <= 3:
                     log.exception("coordinator: handling a message failed; going on")
+
+    def _answer_forged(self, identity: bytes) -> None:
+        """A heartbeat, signed, back to a sender whose signature failed (at most one per sender
+        every 5 s): a worker with another secret then sees that the coordinator answers and
+        that its signatures fail, not that it is unreachable."""
+        now = time.monotonic()
+        if now - self._answered.get(identity, -math.inf) < 5.0:
+            return
+        if len(self._answered) > 1024:
+            self._answered.clear()
+        self._answered[identity] = now
+        self._send(identity, "heartbeat", {"latest": None})
 
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender

@@ -51,6 +51,7 @@ class Link(threading.Thread):
         self._on_decision = on_decision
         self._describe = describe_config
         self._said_lost = False
+        self._forged = False  # a message failed the signature check (another secret)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -125,6 +126,7 @@ class Link(threading.Thread):
             self._handle(message)
         except ControlError as exc:
             self._verifier.drop(exc, self._signer.sender)
+            self._forged |= str(exc).startswith("forged")
             return False
         self.received += 1
         return True
@@ -147,6 +149,12 @@ class Link(threading.Thread):
         self.alive = False
         if not self._said_lost:
             self._said_lost = True
+            if self._forged and not heard:
+                log.warning("coordinator at %s answers, but its messages fail the signature "
+                            "check: this process's AUTOBYTE_SECRET differs from the "
+                            "coordinator's; training continues with the last configuration "
+                            "(%s)", self.endpoint, self._describe())
+                return
             what = "silent for" if heard else "not reachable after"
             log.warning("coordinator at %s %s %.0f s: training continues with the last "
                         "configuration (%s)", self.endpoint, what, silent_s, self._describe())

@@ -21,22 +21,22 @@ made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
-``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes
-seconds: the first window's warm-up tells how many), and again after conditions change (the
-speed in force moves threefold); a configuration measured slower than native beyond
-``noise_band`` is never switched to, and one the job is on goes back to native after
-``guard_windows`` such windows; when the guard's measurement of native comes out slower than
-the configuration it left, the job goes straight back (the trigger may still be waiting for
-its predictions to settle), and no prediction leads the job to a configuration this job
-measured slower than the one in force, under the same conditions. On native (where jobs start, ``common.plan.START``), the guard
+``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes seconds:
+the first window's warm-up tells how many), and again after conditions change (the speed in
+force moves threefold); a configuration measured slower than native beyond ``noise_band`` is
+never switched to, and one the job is on goes back to native after ``guard_windows`` such
+windows; when the guard's measurement of native comes out slower than the configuration it left,
+the job goes straight back (the trigger may still be waiting for its predictions to settle), and
+no prediction leads the job to a configuration this job measured slower than the one in force,
+under the same conditions. On native (where jobs start, ``common.plan.START``), the guard
 measures the model's pick for one window when the model ranks it above its own prediction of
-native by more than the gain threshold and that gain (at most ``PROBE_GAIN_CAP``) over the
-time trained so far pays for the switch (once per conditions): a model far off on an unseen
-job still ranks, but its speeds are too low for the trigger to ever leave native; the pick
-stays only if it measures faster than native beyond ``noise_band``. A configuration the guard
-left stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
-overrating it would otherwise lead the job back after every adaptation). The decision log says
-when the guard acted.
+native by more than the gain threshold and that gain (at most ``PROBE_GAIN_CAP``) over the time
+trained so far pays for the switch (once per conditions): a model far off on an unseen job still
+ranks, but its speeds are too low for the trigger to ever leave native; the pick stays only if
+it measures faster than native beyond ``noise_band``. A configuration the guard left stays
+barred for ``veto_windows`` windows, adaptations included (a predictor that keeps overrating it
+would otherwise lead the job back after every adaptation). The decision log says when the guard
+acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where

@@ -132,9 +132,11 @@ class Verifier:
             raise ControlError("forged: HMAC-SHA256 does not match (wrong or missing secret)")
         message = _parse(payload, self._accept)
         age = self._clock() - message.ts
-        if abs(age) > self.max_age_s:
-            raise ControlError(f"stale: timestamp is {age:+.1f} s from now "
-                               f"(max_age_s={self.max_age_s:g})")
+        if age > self.max_age_s:
+            raise ControlError(f"stale: sent {age:.1f} s ago (max_age_s={self.max_age_s:g})")
+        if -age > self.max_age_s:
+            raise ControlError(f"stale: sent {-age:.1f} s in the future by this host's clock "
+                               f"(clocks differ? max_age_s={self.max_age_s:g})")
         key = (message.sender, message.session)
         last = self._last_seq.get(key)
         if last is not None and message.seq <= last:

@@ -296,3 +296,42 @@ def test_standalone_cli_coordinator_with_real_bayesian_tuner(
     assert next(r for r in records if r["type"] == "job")["tuner"] == "bayesian"
     assert sum(1 for r in records if r.get("event") == "bye") == 2
     assert "every worker said bye" in coord.stderr
+
+
+def test_a_worker_with_another_secret_says_the_signatures_fail(
+        spawn: Callable[..., Proc]) -> None:
+    """The coordinator answers a forged hello (once per 5 s per sender), so the worker can tell
+    a wrong AUTOBYTE_SECRET from a coordinator that is not there."""
+    coordinator = spawn("--role", "coordinator", "--workers", "1", "--endpoint",
+                        f"tcp://127.0.0.1:{_free_port()}")
+    endpoint = coordinator.wait_for(lambda e: e["event"] == "listening")["endpoint"]
+    worker = spawn("--rank", "0", "--workers", "1", "--steps", "150", "--step-time", "0.02",
+                   extra_env={"AUTOBYTE_COORDINATOR": endpoint,
+                              "AUTOBYTE_SECRET": "another-secret-" + "b" * 32})
+    assert worker.finish() == 0, worker.stderr
+    assert "fail the signature check" in worker.stderr and "AUTOBYTE_SECRET" in worker.stderr
+    assert "not reachable" not in worker.stderr, worker.stderr
+    assert "(forged:" in worker.stderr
+
+
+def test_the_coordinators_banner_names_the_tuner_in_force(tmp_path: Path) -> None:
+    """A corrupt model file: the meta tuner falls back to Bayesian optimisation, and the
+    banner and the decision log say bayesian, not meta."""
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes(b"not a model")
+    env = {**os.environ, "AUTOBYTE_SECRET": SECRET, "AUTOBYTE_META_MODEL": str(bad),
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([PYTHON, "-m", "common.cli", "coordinator", "--bind",
+                             "tcp://127.0.0.1:*", "--workers", "1", "--tuner", "meta", "--log",
+                             str(tmp_path / "c.jsonl")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert "tuner bayesian" in banner and "tuner meta" not in banner, (banner, err)
+    assert "falling back to Bayesian optimisation" in err
+    job = next(r for r in read_log(tmp_path / "c.jsonl") if r["type"] == "job")
+    assert job["tuner"] == "bayesian"
