@@ -3,6 +3,10 @@
 Every process starts in its own session (process group), so stopping it also stops whatever
 it spawned: SIGTERM to the group, then SIGKILL after a grace period. After the job ends, every
 group is sent SIGKILL once more, so nothing a process forked can outlive the launch.
+
+A launcher that is killed outright (SIGKILL, the OOM killer, a preemption) runs no cleanup, so a
+small reaper process, in a session of its own, holds a pipe from the launcher and the job's
+group ids: when the pipe closes without the launcher saying "done", it SIGKILLs every group.
 """
 
 from __future__ import annotations
@@ -202,6 +206,58 @@ def _terminate_raises() -> Iterator[None]:
                 signal.signal(sig, signal.SIG_DFL)
 
 
+_REAPER = """
+import os, signal, sys
+groups, done = [], False
+for line in sys.stdin:
+    line = line.strip()
+    if line == "done":
+        done = True
+        break
+    if line.isdigit():
+        groups.append(int(line))
+if not done:
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+class _Reaper:
+    """Kills the job's process groups if this launcher dies without stopping them."""
+
+    def __init__(self) -> None:
+        self._popen: subprocess.Popen[bytes] | None = None
+        try:
+            self._popen = subprocess.Popen([sys.executable, "-c", _REAPER],
+                                           stdin=subprocess.PIPE, start_new_session=True,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            log.warning("launch: no reaper (%s): if this launcher is killed outright, its "
+                        "processes stay", exc)
+
+    def watch(self, group: int) -> None:
+        self._write(f"{group}\n")
+
+    def close(self) -> None:
+        """The launcher stopped everything itself: the reaper exits without a signal."""
+        self._write("done\n")
+        if self._popen is not None and self._popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._popen.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=5.0)
+
+    def _write(self, text: str) -> None:
+        if self._popen is None or self._popen.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._popen.stdin.write(text.encode())
+            self._popen.stdin.flush()
+
+
 def run_job(jobs: Sequence[Job], *, cwd: str | None = None, timeout: float | None = None,
             stream: Writable | None = None, grace: float = 5.0,
             linger: float = 30.0) -> LaunchResult:
@@ -214,13 +270,16 @@ def run_job(jobs: Sequence[Job], *, cwd: str | None = None, timeout: float | Non
     sink = _Sink(stream)
     running: list[_Running] = []
     start = time.monotonic()
+    reaper = _Reaper()
     with _terminate_raises():
         try:
             for job in jobs:
                 running.append(_Running(job, cwd, sink))
+                reaper.watch(running[-1].popen.pid)  # its own session: the group's id
             failed, code, timed_out = _supervise(running, start, timeout, linger)
         finally:
             _stop(running, grace)
+            reaper.close()
     results = {r.job.name: r.result() for r in running}
     return LaunchResult(returncode=code, processes=results, failed=failed, timed_out=timed_out,
                         elapsed=time.monotonic() - start)

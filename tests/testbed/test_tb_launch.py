@@ -6,6 +6,7 @@ tests can check that nothing survives the launch.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -134,3 +135,31 @@ def test_real_non_root_run_falls_back_to_loopback_and_still_launches(tmp_path: P
     assert "falling back to plain loopback" in proc.stderr
     assert "set_rate ignored" in proc.stderr
     assert "shaped False rc 0 ['127.0.0.1']" in proc.stdout
+
+
+def test_a_launcher_killed_outright_leaves_no_process(tmp_path: Path) -> None:
+    """SIGKILL runs no cleanup in the launcher: its reaper kills every group (grandchildren
+    included) once the launcher's pipe closes."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "common.cli", "launch", "--framework", "mxnet", "--workers", "2",
+         "--quiet", "--", sys.executable, str(script)],
+        env={**os.environ, "PIDS": str(pids), "EXPECT": "4"}, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_files(pids, 4)
+        cli.kill()
+        cli.communicate(timeout=30)
+        deadline = time.monotonic() + 10.0
+        while [p for p in child_pids(pids) if pid_alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [p for p in child_pids(pids) if pid_alive(p)]
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        for pid in child_pids(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes survived the launcher: {left}"
