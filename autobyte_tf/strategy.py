@@ -26,6 +26,8 @@ import functools
 import itertools
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -94,6 +96,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         _warn_if_collectives_enabled()
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
+        _exit_on_sigterm()
         keras_compat.install()
         extended = self.extended
         self._worker_device = extended.worker_devices[0]
@@ -238,6 +241,24 @@ def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
         controller.stamp_start(time.perf_counter())
         return np.int8(0)
     return stamp
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM ends the process once the running step returns to Python.
+
+    MultiWorkerMirroredStrategy's coordination service installs a C-level SIGTERM handler for
+    its preemption notifier, so a worker told to stop (``autobyte launch`` on Ctrl-C, a
+    cluster manager) kept training until SIGKILL. A handler the script installed is kept.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _warn_if_collectives_enabled() -> None:

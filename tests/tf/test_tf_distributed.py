@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +149,50 @@ def test_without_tf_config_it_trains_as_one_local_worker_with_one_note() -> None
     assert losses[-1] < losses[0] / 2
     notes = [line for line in proc.stderr.splitlines() if "AutoByte" in line]
     assert len(notes) == 1 and "TF_CONFIG is not set" in notes[0], proc.stderr
+
+
+LONG_FIT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import keras
+    import autobyte_tf
+    strategy = autobyte_tf.AutoByteStrategy(tuner="none")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((64, 8), "float32")
+
+    class Say(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 5:
+                print("training", flush=True)
+
+    model.fit(x, x[:, :1], batch_size=8, epochs=100000, verbose=0, callbacks=[Say()])
+""")
+
+
+def test_workers_stop_promptly_on_sigterm(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM to the launcher: TF workers finish the step and exit, well inside
+    the launcher's 5 s grace (TF's preemption notifier used to swallow SIGTERM)."""
+    script = tmp_path / "long_fit.py"
+    script.write_text(LONG_FIT)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "common.cli", "launch", "--framework", "tensorflow", "--workers",
+         "2", "--timeout", "120", "--", sys.executable, str(script)],
+        env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert cli.stdout is not None
+        seen = 0
+        for line in cli.stdout:
+            seen += "training" in line
+            if seen == 2:
+                break
+        started = time.monotonic()
+        cli.send_signal(signal.SIGTERM)
+        out, _ = cli.communicate(timeout=60)
+        elapsed = time.monotonic() - started
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 143, out[-2000:]
+    assert elapsed < 4.0, f"workers took {elapsed:.1f} s to stop:\n{out[-2000:]}"
