@@ -33,6 +33,8 @@ from common.trigger import create as create_trigger
 __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
+MUTE_AFTER = 20  # forged messages from one sender before it is muted
+MUTE_S = 60.0
 
 STOP_TIMEOUT_S = 30.0  # how long close() waits for the serving thread
 
@@ -74,6 +76,8 @@ class Coordinator:
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._peers: dict[bytes, str] = {}
         self._answered: dict[bytes, float] = {}  # senders of forged messages, when answered
+        self._strikes: dict[bytes, int] = {}  # forged messages per sender
+        self._muted: dict[bytes, float] = {}  # sender -> until when it is not heard
         self._byes: set[str] = set()
         self._windows: dict[int, dict[int, Window]] = {}
         self._ready: list[Observation] = []
@@ -217,6 +221,9 @@ class Coordinator:
             except zmq.Again:
                 return
             identity, rest = frames[0], frames[1:]
+            if self._muted.get(identity, 0.0) > time.monotonic():
+                self.verifier.rejected["forged"] += 1  # a flood: not even hashed
+                continue
             try:
                 message = self.verifier.verify(rest)
                 self._handle(identity, message)
@@ -232,8 +239,15 @@ class Coordinator:
     def _answer_forged(self, identity: bytes) -> None:
         """A heartbeat, signed, back to a sender whose signature failed (at most one per sender
         every 5 s): a worker with another secret then sees that the coordinator answers and
-        that its signatures fail, not that it is unreachable."""
+        that its signatures fail, not that it is unreachable. A sender with ``MUTE_AFTER``
+        forged messages is not heard for ``MUTE_S`` seconds: a flood costs no hashing."""
         now = time.monotonic()
+        strikes = self._strikes[identity] = self._strikes.get(identity, 0) + 1
+        if strikes >= MUTE_AFTER:
+            self._muted[identity] = now + MUTE_S
+            self._strikes.pop(identity)
+            if len(self._muted) > 4096:
+                self._muted = {k: t for k, t in self._muted.items() if t > now}
         if now - self._answered.get(identity, -math.inf) < 5.0:
             return
         if len(self._answered) > 1024:

@@ -44,6 +44,7 @@ WIRE_VERSION = 1
 SECRET_ENV = "AUTOBYTE_SECRET"
 MESSAGE_TYPES = ("hello", "report", "bye", "decision", "heartbeat")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+SUMMARY_S = 10.0  # rejected messages beyond the first few are summed up at most this often
 _REASONS = ("forged", "replayed", "stale", "malformed")
 
 
@@ -121,6 +122,8 @@ class Verifier:
         self._last_seq: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
         self._max_sessions = max_sessions
         self.rejected: collections.Counter[str] = collections.Counter()
+        self._unsaid: collections.Counter[str] = collections.Counter()  # dropped, not logged
+        self._said_at = time.monotonic()
 
     def verify(self, frames: Sequence[bytes]) -> Message:
         if len(frames) != 2:
@@ -149,14 +152,27 @@ class Verifier:
         return message
 
     def drop(self, error: ControlError, where: str) -> None:
+        """Count a rejected message; the first few of each reason are logged with their cause,
+        the rest as one summary line at most every ``SUMMARY_S`` seconds (a flood of forged
+        messages must not flood the log)."""
         reason = str(error).split(":", 1)[0]
         if reason not in _REASONS:
             reason = "malformed"
         self.rejected[reason] += 1
         count = self.rejected[reason]
-        if count <= 5 or count % 100 == 0:
+        if count <= 5:
             log.warning("%s: dropped a message (%s: %s; %d so far), not applied", where, reason,
                         str(error).removeprefix(reason + ": "), count)
+            return
+        self._unsaid[reason] += 1
+        now = time.monotonic()
+        if now - self._said_at >= SUMMARY_S:
+            log.warning("%s: dropped %s more message(s) in the last %.0f s (%s so far)", where,
+                        ", ".join(f"{n} {r}" for r, n in sorted(self._unsaid.items())),
+                        now - self._said_at,
+                        dict(sorted(self.rejected.items())))
+            self._unsaid.clear()
+            self._said_at = now
 
 
 def _parse(payload: bytes, accept: Sequence[str]) -> Message:

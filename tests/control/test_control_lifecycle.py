@@ -296,3 +296,39 @@ def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
     assert {r["action"] for r in rows} == {"behind"}
     assert all("stopping" in r["reason"] for r in rows)
     assert agent.poll() is None  # no decision was sent
+
+
+def test_a_flood_of_forged_messages_is_muted_and_summed_up(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """20 forged messages mute their sender for a minute (no hashing); the log gets the first
+    few and at most a summary line, and a worker with the secret is still answered."""
+    import zmq
+
+    from common.control import Signer
+
+    caplog.set_level(logging.WARNING)
+    c = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=Config(),
+                    secret=KEY).start()
+    ctx = zmq.Context()
+    flood, worker = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        for sock in (flood, worker):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(c.endpoint)
+        forger = Signer(secret=b"not-the-key", sender="worker0")
+        hello = {"rank": 0, "num_workers": 1}
+        for _ in range(5000):
+            flood.send_multipart(forger.sign("hello", hello))
+        deadline = time.monotonic() + 20
+        while sum(c.verifier.rejected.values()) < 5000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.verifier.rejected["forged"] == 5000
+        worker.send_multipart(Signer(secret=KEY, sender="worker0").sign("hello", hello))
+        assert worker.poll(5000), "the worker with the secret got no answer"
+    finally:
+        flood.close(0)
+        worker.close(0)
+        ctx.term()
+        c.close()
+    lines = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert 5 <= len(lines) <= 7, [r.getMessage() for r in lines]
