@@ -172,7 +172,9 @@ class Testbed:
         }
 
     def _create(self, count: int, prefix: str | None) -> None:
-        _registry.sweep(prefix or default_base())
+        # a named testbed clears crashed unnamed runs too (a killed `autobyte demo`)
+        for base in dict.fromkeys(b for b in (default_base(), prefix) if b):
+            _registry.sweep(base)
         self.name = self._pick_name(prefix)
         self.subnet = self._pick_subnet()
         self.hosts = [Host(f"h{i}", host_address(self.subnet, i), f"{self.name}-h{i}", i)

@@ -111,6 +111,18 @@ def test_crashed_run_leftovers_are_swept_by_the_next_run() -> None:
     assert sweep(BASE) == []
 
 
+def test_a_named_testbed_sweeps_crashed_unnamed_runs_too() -> None:
+    """`autobyte demo` killed outright leaves unnamed namespaces and processes; the next
+    `testbed up --name X` clears them."""
+    proc = subprocess.run([sys.executable, "-c", _crash_script("kill")], capture_output=True,
+                          text=True, timeout=60)
+    name = proc.stdout.strip()
+    assert f"{name}-h0" in our_netns(), "the crash should have left namespaces behind"
+    with Testbed(hosts=1, prefix=BASE + "named") as tb:
+        assert tb.name == BASE + "named"
+        assert not any(ns.startswith(name) for ns in our_netns())
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM),
                                            (signal.SIGINT, -signal.SIGINT)])
 def test_sigterm_or_ctrl_c_to_the_owner_tears_down(sig: signal.Signals, code: int) -> None:
