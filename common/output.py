@@ -29,7 +29,8 @@ OWN = ("common", "autobyte_tf", "autobyte_mx", "__main__")
 # lines), and the cuInit failure of a machine without a GPU.
 _BANNER = "WARNING: All log messages before absl::InitializeLog() is called"
 _CPP = re.compile(r"^[IWE]\d{4} [\d:. ]+\d+ \S+:\d+\] ")
-_CPP_ERROR_NOISE = re.compile(r"cuInit|cuda|CUDA|cuDNN|cuFFT|cuBLAS|TensorRT")
+_CPP_ERROR_NOISE = re.compile(r"cuInit|cuda|CUDA|cuDNN|cuFFT|cuBLAS|TensorRT|"
+                              r"oneDNN supports DT_BOOL only")
 
 
 def verbose() -> bool:
@@ -47,8 +48,11 @@ def child_env(verbose_: bool | None = None) -> dict[str, str]:
 
 def setup_logging(verbose_: bool | None = None) -> None:
     """AutoByte's loggers at INFO (DEBUG when verbose), everyone else's at WARNING
-    (TensorFlow's at ERROR: its INFO and WARNING lines narrate MultiWorkerMirroredStrategy)."""
+    (TensorFlow's at ERROR: its INFO and WARNING lines narrate MultiWorkerMirroredStrategy);
+    TensorFlow's C++ INFO and WARNING lines off, for a TensorFlow this process imports later."""
     loud = verbose() if verbose_ is None else verbose_
+    for key, value in child_env(loud).items():
+        os.environ.setdefault(key, value)
     logging.basicConfig(level=logging.INFO if loud else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for name in OWN:

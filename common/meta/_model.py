@@ -149,16 +149,23 @@ class MetaModel:
         cands = encode_candidates(encoded, partitions, credits)
         count = len(cands)
         cands = _padded(cands)
+        inputs = [encoded.sequence[None], encoded.static[None], cands]
         with self._lock:
             if self._scorer is None:
-                self._scorer = self._build_scorer()
-            inputs = [encoded.sequence[None], encoded.static[None], cands]
-            try:
-                out = self._scorer.predict_on_batch(inputs)
-            except Exception:  # no XLA for this backend or device: plain graph mode
-                self._scorer.compile(jit_compile=False)
-                out = self._scorer.predict_on_batch(inputs)
+                with filtered_stderr():  # XLA's compile narrates itself in C++
+                    self._scorer = self._build_scorer()
+                    out = self._score(inputs)
+            else:
+                out = self._score(inputs)
         return np.asarray(out, np.float64).reshape(-1)[:count], encoded
+
+    def _score(self, inputs: list[Any]) -> Any:
+        assert self._scorer is not None
+        try:
+            return self._scorer.predict_on_batch(inputs)
+        except Exception:  # no XLA for this backend or device: plain graph mode
+            self._scorer.compile(jit_compile=False)
+            return self._scorer.predict_on_batch(inputs)
 
     def encode(self, sequence: npt.NDArray[np.float32],
                static: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:

@@ -36,6 +36,7 @@ from common.meta._features import (
     target_from_speed,
 )
 from common.meta._model import MetaModel, build_network, keras_module
+from common.output import filtered_stderr
 
 __all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "evaluate_online",
            "fine_tune", "train"]
@@ -222,7 +223,8 @@ class EvalReport:
 
 
 def predict_speeds(model: MetaModel, data: Arrays) -> npt.NDArray[np.float64]:
-    out = model.network.predict(data.inputs(), batch_size=1024, verbose=0)
+    with filtered_stderr():  # the first graph run narrates oneDNN's fallbacks in C++
+        out = model.network.predict(data.inputs(), batch_size=1024, verbose=0)
     return speed_from_target(np.asarray(out).reshape(-1), data.samples_per_step, data.ref_s)
 
 

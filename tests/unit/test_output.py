@@ -87,3 +87,16 @@ def test_logging_is_autobytes_info_and_others_warnings(monkeypatch: pytest.Monke
     assert logging.getLogger("tensorflow").getEffectiveLevel() == logging.ERROR
     assert child_env() == {"TF_CPP_MIN_LOG_LEVEL": "2", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE": "0"}
     assert child_env(True)[VERBOSE_ENV] == "1"
+
+
+def test_meta_eval_prints_its_result_and_nothing_else(tmp_path: Path) -> None:
+    """Run from another directory, as a user would: two lines of result, no framework logs
+    (it printed 8 C++ lines, one of them a cuInit 'error', before its result)."""
+    pytest.importorskip("keras", reason="needs keras 3 (pip install 'autobyte[tf]')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP", "AUTOBYTE_"))}
+    result = subprocess.run([sys.executable, "-m", "common.cli", "meta", "eval"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300,
+                            env={**env, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2 and "MAPE" in result.stdout
+    assert result.stderr == "", result.stderr
