@@ -113,7 +113,7 @@ def test_bad_input_is_refused_before_tensorflow_starts() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert lines["malformed"].startswith("TF_CONFIG is not valid JSON")
-    assert "partition_bytes must be between 4096" in lines["partition"]
+    assert "partition_bytes must be positive, between 4096" in lines["partition"]
     assert "partition_bytes=-1" in lines["partition"]
     assert "unknown option(s) ['partiton_bytes']" in lines["unknown"]
     assert "tf_xla_auto_jit" in lines["xla"]
