@@ -35,8 +35,9 @@ trained so far pays for the switch (once per conditions): a model far off on an 
 ranks, but its speeds are too low for the trigger to ever leave native; the pick stays only if
 it measures faster than native beyond ``noise_band``. A configuration the guard left stays
 barred for ``veto_windows`` windows, adaptations included (a predictor that keeps overrating it
-would otherwise lead the job back after every adaptation). The decision log says when the guard
-acted.
+would otherwise lead the job back after every adaptation), and after ``MAX_MISSES`` such
+configurations only measured ones are switched to until conditions change (a model far off
+keeps finding a new neighbour to overrate). The decision log says when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -75,6 +76,8 @@ log = logging.getLogger(__name__)
 _Knobs = tuple[int, int, bool]
 CHANGED = 3.0  # a speed this many times off its own measurement: conditions changed
 PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is weighed against
+MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
+#                 followed to unmeasured ones (until conditions change)
 
 
 class TunerLike(Protocol):
@@ -130,6 +133,7 @@ class TuningLoop:
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
         self._explored_from: Config | None = None  # where the guard's last exploration began
         self._probed = False  # the guard measured the model's pick against native already
+        self._misses = 0  # scheduled configurations the guard left for native, this conditions
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -244,6 +248,7 @@ class TuningLoop:
         self._history.clear()
         self._vetoed.clear()
         self._probed = False
+        self._misses = 0
         self.trigger.reset()
         self._call("reset")
         self.log.write("event", {"event": "conditions_changed", "config": obs.config,
@@ -289,6 +294,7 @@ class TuningLoop:
             if native is not None and here is not None and \
                     here <= native * (1 + self.noise_band):
                 self._vetoed[knobs(self.current)] = self._windows
+                self._misses += 1
                 return Verdict("switch", left, f"guard: {here:.1f} samples/s measured on "
                                f"{self.current.describe()}, not above native's {native:.1f} "
                                "beyond the noise band: back to native", verdict.gain,
@@ -318,6 +324,7 @@ class TuningLoop:
             assert current is not None and native is not None
             self._slow_windows = 0
             self._vetoed[knobs(self.current)] = self._windows
+            self._misses += 1
             return Verdict("switch", self.native, f"guard: {current:.1f} samples/s measured on "
                            f"{self.current.describe()}, {1 - current / native:.1%} below "
                            f"native's {native:.1f}", verdict.gain, verdict.error, verdict.adapt)
@@ -342,10 +349,13 @@ class TuningLoop:
 
     def _barred(self, config: Config, native: float | None) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""
+        measured = self.measured(config)
+        if self._misses >= MAX_MISSES and measured is None:
+            return (f"the model's picks measured slower than native {self._misses} times under "
+                    "these conditions: only measured configurations until they change")
         left = self._vetoed.get(knobs(config))
         if left is not None and self._windows - left <= self.veto_windows:
             return f"left for being slower than native {self._windows - left} window(s) ago"
-        measured = self.measured(config)
         if native is not None and measured is not None and \
                 measured < native * (1.0 - self.noise_band):
             return f"measured {measured:.1f} samples/s, below native's {native:.1f}"
