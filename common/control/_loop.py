@@ -30,14 +30,15 @@ the job goes straight back (the trigger may still be waiting for its predictions
 no prediction leads the job to a configuration this job measured slower than the one in force,
 under the same conditions. On native (where jobs start, ``common.plan.START``), the guard
 measures the model's pick for one window when the model ranks it above its own prediction of
-native by more than the gain threshold and that gain (at most ``PROBE_GAIN_CAP``) over the time
-trained so far pays for the switch (once per conditions): a model far off on an unseen job still
-ranks, but its speeds are too low for the trigger to ever leave native; the pick stays only if
-it measures faster than native beyond ``noise_band``. A configuration the guard left stays
-barred for ``veto_windows`` windows, adaptations included (a predictor that keeps overrating it
-would otherwise lead the job back after every adaptation), and after ``MAX_MISSES`` such
-configurations only measured ones are switched to until conditions change (a model far off
-keeps finding a new neighbour to overrate). The decision log says when the guard acted.
+native by more than the gain threshold and half that gain (at most ``PROBE_GAIN_CAP``) over the
+time trained so far pays for the switch (once per conditions): a model far off on an unseen job
+still ranks, but its speeds are too low for the trigger to ever leave native; the pick stays
+only if it measures faster than native beyond ``noise_band``. A configuration the guard left
+stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
+overrating it would otherwise lead the job back after every adaptation), and after
+``MAX_MISSES`` such configurations only measured ones are switched to until conditions change (a
+model far off keeps finding a new neighbour to overrate). The decision log says when the guard
+acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 _Knobs = tuple[int, int, bool]
 CHANGED = 3.0  # a speed this many times off its own measurement: conditions changed
 PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is weighed against
+PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
 
@@ -279,8 +281,8 @@ class TuningLoop:
             probe = self._probe(candidates, predicted_current) if native is not None else None
             ratio = 0.0 if probe is None else \
                 (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
-            if probe is not None and \
-                    self.switch_cost_s <= min(ratio, PROBE_GAIN_CAP) * self.trained_s:
+            if probe is not None and self.switch_cost_s <= \
+                    PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.trained_s:
                 self._probed = True
                 self._explored_from = self.current
                 return Verdict("explore", probe.config, f"guard: the model ranks "
