@@ -269,9 +269,11 @@ def test_the_coordinator_warms_its_tuner_up_once_while_idle() -> None:
 
 def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
         tmp_path: Path) -> None:
-    """A job shorter than the model's compile (a 5 s MXNet job at 1 Gbit/s): its windows
-    queue while the coordinator warms the tuner up; stopping logs them, measured and not
-    decided on, instead of dropping them."""
+    """A standalone coordinator warms its tuner up when first idle; a job shorter than the
+    compile (a 5 s MXNet job at 1 Gbit/s): its windows queue meanwhile, and stopping logs
+    them, measured and not decided on, instead of dropping them."""
+    from common.decision_log import DecisionLog
+
     gate, started = threading.Event(), threading.Event()
     tuner = ScriptedTuner([Config(partition_bytes="256KiB", credit_bytes="1MiB")])
 
@@ -281,8 +283,13 @@ def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
 
     tuner.warm_up = warm_up  # type: ignore[attr-defined]
     config = Config(window_steps=2)
-    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=tuner, guard=False,
-                        decision_log=tmp_path / "d.jsonl", environ={})
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config,
+                              secret=KEY, tuner=tuner, guard=False,
+                              decision_log=DecisionLog(tmp_path / "d.jsonl"))
+    server = threading.Thread(target=coordinator.run, daemon=True)
+    server.start()
+    agent = TuningAgent(rank=0, num_workers=1, config=config, endpoint=coordinator.endpoint,
+                        secret=KEY, host_coordinator=False, environ={})
     try:
         assert started.wait(10)
         for step in range(6):
@@ -291,11 +298,30 @@ def test_windows_queued_while_the_tuner_compiles_are_logged_when_the_job_ends(
         threading.Timer(0.3, gate.set).start()  # the compile ends while the job stops
     finally:
         agent.close()
+        coordinator.request_stop()
+        server.join(10)
     rows = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
     assert [r["first_step"] for r in rows] == [0, 2, 4]
     assert {r["action"] for r in rows} == {"behind"}
     assert all("stopping" in r["reason"] for r in rows)
     assert agent.poll() is None  # no decision was sent
+
+
+def test_a_hosted_coordinator_warms_its_tuner_up_before_training_starts(
+        tmp_path: Path) -> None:
+    """Rank 0 compiles the model before its first step, not during its first windows."""
+    warmed: list[float] = []
+    tuner = ScriptedTuner([Config(partition_bytes="256KiB", credit_bytes="1MiB")])
+    tuner.warm_up = lambda: warmed.append(time.monotonic())  # type: ignore[attr-defined]
+    agent = TuningAgent(rank=0, num_workers=1, config=Config(window_steps=2), tuner=tuner,
+                        guard=False, decision_log=tmp_path / "d.jsonl", environ={})
+    try:
+        assert len(warmed) == 1  # done when the agent is, once
+        agent.record_step(0, 1, 0.1)
+        time.sleep(0.5)
+        assert len(warmed) == 1
+    finally:
+        agent.close()
 
 
 def test_a_flood_of_forged_messages_is_muted_and_summed_up(
