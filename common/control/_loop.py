@@ -15,9 +15,9 @@ The loop also measures what switching costs this job: the first window on a new 
 carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
 excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
 recent costs (before the first switch, the first window's warm-up: the job's first trace) and,
-as the expected remaining time, the time the job has trained so far (a job is assumed to run
-at least as long again as it has run), so a switch whose gain cannot pay for its cost is not
-made.
+as the expected remaining time, the time the job has trained under the conditions in force (they
+are assumed to last at least as long again as they have), so a switch whose gain cannot pay for
+its cost is not made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
@@ -119,6 +119,7 @@ class TuningLoop:
         self._tuner_failures: collections.Counter[str] = collections.Counter()
         self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
+        self._since_s = 0.0  # trained_s when the conditions last changed
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
             raise ConfigError(f"noise_band must be in [0, 1) and guard_windows >= 1, got "
                               f"noise_band={noise_band!r}, guard_windows={guard_windows!r}")
@@ -204,7 +205,7 @@ class TuningLoop:
         cost = self.switch_cost_s
         verdict = self.trigger.decide(current=self.current, observed=obs.speed,
                                       predicted_current=predicted_current, candidates=candidates,
-                                      switch_cost_s=cost, horizon_s=self.trained_s)
+                                      switch_cost_s=cost, horizon_s=self.horizon_s)
         if verdict.adapt:
             self._adapt()
         guarded = self._guard(verdict, candidates, predicted_current) if self.guard else None
@@ -239,6 +240,12 @@ class TuningLoop:
         speeds = self._history.get(knobs(config))
         return statistics.fmean(speeds) if speeds else None
 
+    @property
+    def horizon_s(self) -> float:
+        """How long a switch's gain is expected to last: as long again as the conditions in
+        force have lasted (a link that alternates every few seconds pays for no retrace)."""
+        return self.trained_s - self._since_s
+
     def _check_conditions(self, obs: Observation) -> None:
         """A configuration running ``CHANGED`` times faster or slower than this job measured
         it means the conditions changed (a link rate): every speed measured before describes
@@ -249,6 +256,7 @@ class TuningLoop:
             return
         self._history.clear()
         self._vetoed.clear()
+        self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
         self._probed = False
         self._misses = 0
         self.trigger.reset()
@@ -282,7 +290,7 @@ class TuningLoop:
             ratio = 0.0 if probe is None else \
                 (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
             if probe is not None and self.switch_cost_s <= \
-                    PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.trained_s:
+                    PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.horizon_s:
                 self._probed = True
                 self._explored_from = self.current
                 return Verdict("explore", probe.config, f"guard: the model ranks "

@@ -405,3 +405,14 @@ def test_after_two_picks_measured_slower_than_native_the_model_is_not_followed()
     scheduled = [c for _, c in applied if c.scheduling]
     assert len(scheduled) == 2, [(step, c.describe()) for step, c in applied]
     assert not loop.current.scheduling
+
+
+def test_the_horizon_is_the_time_under_the_conditions_in_force() -> None:
+    """A link that changes every few seconds pays for no switch: the gain is weighed over as
+    long as the conditions have lasted, not the whole job."""
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 40), trigger=ThresholdTrigger())
+    for w in range(20):  # 20 s at 100 samples/s
+        loop.on_observation(observation(A, 100.0, 10 * w))
+    assert loop.horizon_s == loop.trained_s == 20.0
+    loop.on_observation(observation(A, 20.0, 200))  # fivefold slower: conditions changed
+    assert loop.trained_s == 21.0 and loop.horizon_s == 1.0
