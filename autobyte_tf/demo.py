@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
                          for v in model.trainable_variables)
     emit("start", framework="tensorflow", rank=rank, workers=workers, steps=args.steps,
          model=args.model, config=describe(), tuning=tuning, gradient_bytes=gradient_bytes)
-    model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0,
+    model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0, shuffle=False,
               callbacks=[_Progress(rank, window, describe, WindowMeter(global_batch),
                                    sweep=None if args.baseline or args.local
                                    else (strategy, args))])

@@ -181,7 +181,10 @@ class MetaModel:
                 self._encoder = keras.Model([seq, stat],
                                             self.network.get_layer("encoder")([seq, stat]))
                 self._encoder.compile(jit_compile=False)
-            out = self._encoder.predict_on_batch([sequence, static])
+                with filtered_stderr():  # the first graph run narrates oneDNN's fallbacks
+                    out = self._encoder.predict_on_batch([sequence, static])
+            else:
+                out = self._encoder.predict_on_batch([sequence, static])
         return np.asarray(out, np.float64)[:count]
 
     def warm_up(self, candidates: int = 256) -> None:
