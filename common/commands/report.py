@@ -196,7 +196,10 @@ class Decided:
 
 
 def decisions(records: Sequence[Record]) -> list[Decided]:
+    """Every decision, its measured speed taken within the stretch of conditions it took
+    effect in (a probe just before a link change is not judged at the new rate)."""
     windows = _measured(records)
+    cuts = sorted(s.first for s in stretches(records)[1:])
     out = []
     for i, w in enumerate(windows):
         if w.get("decision_id") is None or w.get("target_step") is None:
@@ -206,8 +209,9 @@ def decisions(records: Sequence[Record]) -> list[Decided]:
         effect = later[0] if later and _key(later[0]["config"]) == key else None
         run: list[float] = []
         if effect is not None:
+            end = next((c for c in cuts if c > effect["first_step"]), 1 << 62)
             for x in later:
-                if _key(x["config"]) != key:
+                if _key(x["config"]) != key or x["first_step"] >= end:
                     break
                 run.append(float(x["speed"]))
         predicted = next((float(c["predicted"]) for c in w.get("candidates") or ()
