@@ -355,7 +355,7 @@ def test_kvstore_rejects_unknown_options_and_async(mx_env) -> None:  # type: ign
         mx_env.AutoByte(partition_size=4096)
     with pytest.raises(UnsupportedError, match="dist_sync"):
         mx_env.AutoByte(base="dist_async")
-    with pytest.raises(ConfigError, match="partition_bytes must be between"):
+    with pytest.raises(ConfigError, match="partition_bytes must be positive, between"):
         mx_env.AutoByte(partition_bytes=-1)
 
 

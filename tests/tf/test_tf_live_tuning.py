@@ -62,11 +62,10 @@ def test_tuner_moves_after_the_rate_drops_and_speed_recovers(tuner: str,
     after = [w for w in rows if w["first_step"] >= job.switched_at]
     before = [w for w in rows if w["last_step"] < job.switched_at]
     assert before and len(after) >= 4, (len(before), len(after))
-    # the statistics see the drop. A TF window's rate is bytes over step time, so it moves
-    # with the configuration too (16 KiB blocks read 82 Mbit/s at 1 Gbit/s, larger blocks 95 at
-    # 100 Mbit/s), so it is compared on the configuration in force at the drop, where both sides
-    # ran it: the best window before (as the tuner's JobTracker reads the link) carried more
-    # than the median after
+    # the statistics see the drop. A TF window's rate is bytes over the blocks' busy time, which
+    # includes waiting for the peer, so it still moves with the configuration: it is compared
+    # on the configuration in force at the drop, where both sides ran it: the best window
+    # before (as the tuner's JobTracker reads the link) carried more than the median after
     at = before[-1]["config"]
     same = [[w for w in ws if w["config"] == at] for ws in (before, after)]
     if same[1]:
@@ -74,8 +73,9 @@ def test_tuner_moves_after_the_rate_drops_and_speed_recovers(tuner: str,
               statistics.median(w["observation"]["bandwidth_up"][0] for w in same[1])]
         assert up[1] < up[0], up
     if tuner == "meta":  # it may judge the configuration in force still best: it must judge
-        judged = [w for w in after if w.get("predicted") is not None]
-        assert len(judged) >= len(after) // 2, [w["action"] for w in after]
+        decided = [w for w in after if w["action"] != "measured"]  # at most one a second
+        judged = [w for w in decided if w.get("predicted") is not None]
+        assert decided and len(judged) >= len(decided) // 2, [w["action"] for w in after]
         return
     in_force = after[0]["config"]
     moves = [w for w in decided if w["target_step"] > job.switched_at
