@@ -74,8 +74,6 @@ class Controller:
         self._traced = False
         self._lock = threading.Lock()
         self._ready: dict[tuple[TensorInfo, ...], list[float]] = {}
-        self._edges: dict[tuple[TensorInfo, ...], dict[int, list[float]]] = {}
-        self._busy_s = 0.0  # the link's busy time in the last sampled step of this plan
         self._start = math.nan
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
@@ -154,10 +152,6 @@ class Controller:
         with self._lock:
             self._ready.setdefault(call, [math.nan] * len(call))[index] = when
 
-    def edge(self, call: tuple[TensorInfo, ...], block: int, end: bool, when: float) -> None:
-        with self._lock:
-            self._edges.setdefault(call, {}).setdefault(block, [math.nan, math.nan])[end] = when
-
     def stamp_start(self, when: float) -> None:
         self._start = when
 
@@ -185,10 +179,7 @@ class Controller:
         self._traced = False
         with self._lock:
             self._ready.clear()
-            self._edges.clear()
         self._start = math.nan
-        if rebuild:
-            self._busy_s = 0.0  # another plan: its link time is measured anew
         return _Step(sample=sample, rebuild=rebuild)
 
     def end(self, step: _Step, seconds: float, samples: int) -> None:
@@ -203,18 +194,12 @@ class Controller:
                 relative = [x - self._start for x in ready]
                 self.recorder.record_ready(relative)
                 layer_times = self._local_times = tuple(backward_times(relative))
-                self._busy_s = link_busy(self._edges.get(self._main, {}), max(ready)) or \
-                    self._busy_s
-        elif traced:
-            self._busy_s = 0.0
         if self.agent is not None:
             if layer_times is not None:
                 layer_times = tuple(per_layer(layer_times, self._layer_of))
-            # the link's busy time of the last sampled step of this plan (the step's time
-            # before one is measured), so a window's rate is bytes over busy time
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
                                    bytes_up=self._wire_bytes, bytes_down=self._wire_bytes,
-                                   comm_s=self._busy_s or seconds, warmup=traced)
+                                   warmup=traced)
         self.step += 1
 
     def _agree(self) -> bool:
@@ -249,22 +234,6 @@ class Controller:
             self._times[self._main] = tuple(float(x) for x in vector[_HEADER:])
             self._times_sent = True  # plans made from now on use them (``plan_for``'s key)
         return rebuild
-
-
-def link_busy(edges: dict[int, list[float]], last_ready: float) -> float:
-    """Seconds the link was busy in one step: the union of the blocks' [start, end] of their
-    collectives (native's one pack starts when the last gradient is ready); 0 if a stamp is
-    missing."""
-    spans = sorted((last_ready if math.isnan(s) else s, e) for s, e in edges.values())
-    if not spans or any(math.isnan(e) or e < s for s, e in spans):
-        return 0.0
-    busy, (lo, hi) = 0.0, spans[0]
-    for s, e in spans[1:]:
-        if s > hi:
-            busy, lo, hi = busy + hi - lo, s, e
-        else:
-            hi = max(hi, e)
-    return busy + hi - lo
 
 
 def _bytes(tensors: tuple[TensorInfo, ...]) -> int:

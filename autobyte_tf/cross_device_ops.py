@@ -33,14 +33,9 @@ __all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"
 
 
 class ReadyStamps(Protocol):
-    """Receives gradient-ready times, and when each block's collective started and ended,
-    while a sampled step runs (called from TF threads)."""
+    """Receives gradient-ready times while a sampled step runs (called from TF threads)."""
 
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None: ...
-
-    def edge(self, call: tuple[TensorInfo, ...], block: int, end: bool, when: float) -> None:
-        """Block ``block`` of ``call`` started (``end`` False) or finished its collective."""
-        ...
 
 
 class Planner(Protocol):
@@ -95,14 +90,11 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 return tf.nest.pack_sequence_as(value, native)
             with tf.device(device), tf.name_scope("autobyte_native"):
                 marks = _ready_marks(flat, infos, stamps, self._sampling)
-                done = gated_stamp(self._sampling, tf.reshape(native[0], [-1])[:1],
-                                   _edger(stamps, infos, 0, True), "autobyte_pack_done")
-                marks = [tf.maximum(m, done) for m in marks]
                 return tf.nest.pack_sequence_as(
                     value, [after(m, r) for m, r in zip(marks, native, strict=True)])
         plan = self._planner.plan_for(infos)
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
-            reduced = self._issue(flat, plan, replica_id, options, infos, stamps)
+            reduced = self._issue(flat, plan, replica_id, options)
             marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
@@ -112,10 +104,9 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 out.append(after(marks[i], r) if marks else r)
         return tf.nest.pack_sequence_as(value, out)
 
-    def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int, options: Any,
-               infos: tuple[TensorInfo, ...], stamps: ReadyStamps | None) -> list[Any]:
-        """Pack each block, create its collective in plan order, return each tensor whole;
-        on sampled steps each block's collective stamps when it starts and ends."""
+    def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
+               options: Any) -> list[Any]:
+        """Pack each block, create its collective in plan order, return each tensor whole."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
         hint = options.implementation.value
@@ -133,21 +124,12 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         reduced: dict[int, Any] = {}
         for j, index in enumerate(plan.order):
             parts = inputs[index]
-            packed = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
-            if stamps is not None:
-                packed = after(gated_stamp(self._sampling, packed[:1],
-                                           _edger(stamps, infos, index, False),
-                                           f"autobyte_send{index}"), packed)
-            out = tf.raw_ops.CollectiveReduceV2(
-                input=packed, group_size=self._group_size, group_key=launcher._group_key,
+            reduced[index] = tf.raw_ops.CollectiveReduceV2(
+                input=parts[0] if len(parts) == 1 else tf.concat(parts, 0),
+                group_size=self._group_size, group_key=launcher._group_key,
                 instance_key=launcher._next_instance_key(),
                 ordering_token=[lanes[j % plan.lanes].handle], merge_op="Add", final_op="Id",
                 communication_hint=hint, timeout_seconds=timeout)
-            if stamps is not None:
-                out = after(gated_stamp(self._sampling, out[:1],
-                                        _edger(stamps, infos, index, True),
-                                        f"autobyte_sent{index}"), out)
-            reduced[index] = out
         results: list[list[Any]] = [[] for _ in flat]
         for block in layout.blocks:
             out = reduced[block.index]
@@ -203,14 +185,6 @@ def gated_stamp(sampling: Any, first: Any, fn: Callable[[NDArray[Any]], np.int8]
         return tf.numpy_function(fn, [first], tf.int8, stateful=False, name=name)
 
     return tf.cond(sampling, stamp, lambda: tf.constant(0, tf.int8))
-
-
-def _edger(stamps: ReadyStamps, infos: tuple[TensorInfo, ...], block: int,
-           end: bool) -> Callable[[NDArray[Any]], np.int8]:
-    def stamp(_: NDArray[Any]) -> np.int8:
-        stamps.edge(infos, block, end, time.perf_counter())
-        return np.int8(0)
-    return stamp
 
 
 def _stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],

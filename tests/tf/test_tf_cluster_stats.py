@@ -253,15 +253,3 @@ def test_file_barrier_waits_for_every_worker(tmp_path: Path) -> None:
     assert done == [1]
     with pytest.raises(ConfigError, match=r"only 2 of 3 workers reached the barrier"):
         file_barrier(tmp_path, 0, 3, timeout=0.2)
-
-
-def test_link_busy_is_the_union_of_the_blocks_collectives() -> None:
-    from autobyte_tf.control import link_busy
-
-    nan = math.nan
-    # two overlapping blocks and one later: [1, 3] u [2, 4] u [6, 7] = 3 + 1
-    assert link_busy({0: [1.0, 3.0], 1: [2.0, 4.0], 2: [6.0, 7.0]}, 0.5) == pytest.approx(4.0)
-    # native's one pack has only its end: it started when the last gradient was ready
-    assert link_busy({0: [nan, 5.0]}, 3.5) == pytest.approx(1.5)
-    assert link_busy({0: [1.0, nan]}, 0.0) == 0.0  # a stamp missing: unknown
-    assert link_busy({}, 0.0) == 0.0
