@@ -113,6 +113,7 @@ class JobRun:
     elapsed_s: float
     log: Path | None
     gradient_bytes: int = 0  # the model's trainable bytes (one worker's gradients)
+    began_s: float = 0.0  # time.monotonic() when the job was launched
 
     def mean_speed(self, first: int = 0, last: int = 1 << 30) -> float:
         """Samples/s over the windows in [first, last] (time-weighted: total samples over
@@ -275,7 +276,7 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
             if logs and tb.shaped:
                 _note_link(logs[-1], rate, list(link), own_steps=i == 0)
             results[i] = JobRun(spec, watch.windows, time.monotonic() - began,
-                                logs[-1] if logs else None, watch.gradient_bytes)
+                                logs[-1] if logs else None, watch.gradient_bytes, began)
             _save_windows(log_dir / "windows.csv", watch.windows)
 
         threads = [threading.Thread(target=run, args=(i,), name=f"bench-{s.name}")

@@ -38,7 +38,8 @@ def test_sweep_rate_change_and_a_joining_job(tmp_path: Path,
     else:
         assert set(rates) == {"loopback"}
     assert [w.config for w in joiner.windows] == ["baseline (MWMS)"] * 2
-    assert joiner.elapsed_s < sweeper.elapsed_s  # it started later and ran fewer steps
+    # it started while the first job ran (at its step 10), not with it and not after it
+    assert sweeper.began_s < joiner.began_s < sweeper.began_s + sweeper.elapsed_s
     # the sweep job's coordinator logged its windows (tuner 'observe'), with observations
     assert sweeper.log is not None and joiner.log is None
     windows = [r for r in read_log(sweeper.log) if r.get("type") == "window"]
