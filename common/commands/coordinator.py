@@ -5,10 +5,10 @@
         --log decisions.jsonl --exit-when-done
     # every worker: AUTOBYTE_COORDINATOR=tcp://10.0.0.1:5599 and the same AUTOBYTE_SECRET
 
-By default rank 0 of a job runs the coordinator on a thread; run it standalone to keep the
-tuner (e.g. the meta-network) off the training hosts. Workers that lose it keep training with
-the last configuration. Stops on Ctrl-C, SIGTERM or, with --exit-when-done, when every worker
-has said bye.
+By default rank 0 of a job runs the coordinator in a child process at a lower CPU priority; run
+it standalone to keep the tuner (e.g. the meta-network) off the training hosts. Workers that
+lose it keep training with the last configuration. Stops on Ctrl-C, SIGTERM or, with
+--exit-when-done, when every worker has said bye.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ For adapter authors, the whole API on each worker::
 
 Where the coordinator is: ``endpoint=`` if given, else ``AUTOBYTE_COORDINATOR`` (a standalone
 ``autobyte coordinator --bind ...``; nobody hosts), else ``AUTOBYTE_CONTROL_ENDPOINT`` (set by
-``autobyte launch`` to ``tcp://<worker0's address>:<port>``): rank 0 binds it and hosts the
-coordinator on a daemon thread, the others connect. A single worker needs none of these.
+``autobyte launch`` to ``tcp://<worker0's address>:<port>``): rank 0 hosts the coordinator
+there, in a child process at a lower CPU priority, and the others connect. A single worker
+needs none of these.
 
 Messages are JSON with a schema version, HMAC-SHA256-signed with
 ``AUTOBYTE_SECRET`` (``ensure_secret()`` makes one per job for launchers); forged, replayed,

@@ -1,9 +1,11 @@
 """TuningAgent: everything an adapter needs on one worker, in three calls.
 
 It owns the statistics collector and the link to the coordinator, and on rank 0 (by default)
-also hosts the coordinator on a background thread. Nothing it does can stop training: with no
-secret, no tuner or no coordinator it keeps collecting, says why once, and ``poll`` returns
-None. Its threads are daemons, its sockets linger 0, ``close`` is idempotent and runs at exit.
+also hosts the coordinator, in a child process below the training's priority (on a thread when
+the caller hands it tuner or trigger objects, which cannot cross into a process). Nothing it
+does can stop training: with no secret, no tuner or no coordinator it keeps collecting, says
+why once, and ``poll`` returns None. Its threads are daemons, its sockets linger 0, ``close``
+is idempotent and runs at exit.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import zmq
 from common.config import Config
 from common.control._coordinator import Coordinator
 from common.control._decision import Decision
+from common.control._hosted import HostedCoordinator
 from common.control._link import Link
 from common.control._loop import TunerLike
 from common.control._tuners import make_tuner
@@ -51,7 +54,8 @@ class TuningAgent:
                  decision_log: str | os.PathLike[str] | None = None,
                  lead_steps: int | None = None, lead_s: float = 0.3, heartbeat_s: float = 1.0,
                  dead_after_s: float = 10.0, max_age_s: float = 60.0,
-                 environ: Mapping[str, str] | None = None, guard: bool = True) -> None:
+                 environ: Mapping[str, str] | None = None, guard: bool = True,
+                 host_process: bool | None = None) -> None:
         env = os.environ if environ is None else environ
         for name, value in (("heartbeat_s", heartbeat_s), ("dead_after_s", dead_after_s),
                             ("max_age_s", max_age_s)):
@@ -67,7 +71,7 @@ class TuningAgent:
         self._pid = os.getpid()
         self._link: Link | None = None
         self._ctx: zmq.Context[Any] | None = None
-        self.coordinator: Coordinator | None = None
+        self.coordinator: Coordinator | HostedCoordinator | None = None
         self.last_step = -1
         self._collector = StatsCollector(rank=rank, num_workers=num_workers, config=config,
                                          model=model, arch=arch, on_window=self._send_window)
@@ -101,15 +105,25 @@ class TuningAgent:
                         "costs rank 0 about 0.5 ms per worker per window; for large jobs run "
                         "`autobyte coordinator` on another host and set %s", num_workers,
                         COORDINATOR_ENV)
+        if host_process is None:  # tuner and trigger objects cannot cross into a process
+            host_process = tuner is None and trigger is None
         if host:
             try:
-                self.coordinator = Coordinator(
-                    bind=endpoint, num_workers=num_workers, config=config, secret=key,
-                    tuner=tuner if tuner is not None else make_tuner(config.tuner, base=config),
-                    trigger=trigger, lead_steps=lead_steps, lead_s=lead_s,
-                    heartbeat_s=heartbeat_s, max_age_s=max_age_s, tuner_name=config.tuner,
-                    decision_log=_open_log(decision_log), guard=guard,
-                ).start()
+                if host_process:
+                    self.coordinator = HostedCoordinator(
+                        bind=endpoint, num_workers=num_workers, config=config, secret=key,
+                        lead_steps=lead_steps, lead_s=lead_s, heartbeat_s=heartbeat_s,
+                        max_age_s=max_age_s, guard=guard,
+                        log_path=decision_log or default_log_path())
+                else:
+                    self.coordinator = Coordinator(
+                        bind=endpoint, num_workers=num_workers, config=config, secret=key,
+                        tuner=tuner if tuner is not None else make_tuner(config.tuner,
+                                                                         base=config),
+                        trigger=trigger, lead_steps=lead_steps, lead_s=lead_s,
+                        heartbeat_s=heartbeat_s, max_age_s=max_age_s,
+                        tuner_name=config.tuner, decision_log=_open_log(decision_log),
+                        guard=guard).start()
             except Exception as exc:  # hosting must never stop training: say why, go on
                 self._disable(f"cannot host the coordinator: {exc}")
                 return

@@ -1,12 +1,13 @@
 """The coordinator: one ROUTER socket that hears every worker's windows and answers decisions.
 
-It runs on a daemon thread in rank 0's process (``TuningAgent`` starts it) or standalone
-(``autobyte coordinator``, which calls ``run``). It binds in the caller's thread, so an
-address already in use is reported at once, then hands its socket to its own thread; nothing
-else touches the socket. Every ``heartbeat_s`` it sends each known worker a heartbeat with the
-latest decision, so a worker that missed a decision, or joined late, still hears it, and
-workers can tell the coordinator is gone. Windows are merged once every worker has sent the
-same one; an older window still incomplete by then is dropped (a worker was slow or lost it).
+It runs in a child process of rank 0 (``TuningAgent`` starts it, ``_hosted``), on a daemon
+thread of the caller (``start``), or standalone (``autobyte coordinator``, which calls
+``run``). It binds in the caller's thread, so an address already in use is reported at once,
+then hands its socket to its own thread; nothing else touches the socket. Every ``heartbeat_s``
+it sends each known worker a heartbeat with the latest decision, so a worker that missed a
+decision, or joined late, still hears it, and workers can tell the coordinator is gone. Windows
+are merged once every worker has sent the same one; an older window still incomplete by then is
+dropped (a worker was slow or lost it).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._owns_process = False  # run() serves: the process is the coordinator's own
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.tuner_name = _tuner_name(tuner, tuner_name)  # the one in force, after fallbacks
@@ -101,9 +103,7 @@ class Coordinator:
         warmed up here: a host's training has not started yet, while the compile would cost
         it seconds of CPU in its first windows (and bias the guard's first measure of native
         on two cores: MXNet deep read 310-430 samples/s there against 508 in a native job)."""
-        warm = getattr(self.loop.tuner, "warm_up", None)
-        if callable(warm) and not self._warmed:
-            self._warm_up(warm)
+        self.warm_up()
         with self._lock:
             if self._closed or self._thread is not None:
                 return self
@@ -113,6 +113,12 @@ class Coordinator:
         atexit.register(self.close)
         return self
 
+    def warm_up(self) -> None:
+        """Compile the tuner's model now (once), rather than on the first window."""
+        warm = getattr(self.loop.tuner, "warm_up", None)
+        if callable(warm) and not self._warmed:
+            self._warm_up(warm)
+
     def run(self) -> None:
         """Serve in this thread until ``close`` (another thread), Ctrl-C or, with
         ``exit_when_done``, every worker said bye."""
@@ -120,6 +126,7 @@ class Coordinator:
             if self._closed or self._thread is not None:
                 return
             self._thread = threading.current_thread()
+            self._owns_process = True
         try:
             self._serve()
         finally:
@@ -162,8 +169,11 @@ class Coordinator:
         if thread is not None and thread is not threading.current_thread() \
                 and thread.is_alive():
             return  # the thread still owns the socket and the log
-        self.log.write("event", {"event": "coordinator_stopped",
-                                 "rejected": dict(self.verifier.rejected)})
+        stopped: dict[str, Any] = {"event": "coordinator_stopped",
+                                   "rejected": dict(self.verifier.rejected)}
+        if thread is not None and self._owns_process:  # a thread's CPU is not the process's
+            stopped["cpu_s"] = round(time.process_time(), 3)
+        self.log.write("event", stopped)
         self.log.close()
         self._ctx.term()
 

@@ -37,8 +37,9 @@ only if it measures faster than native beyond ``noise_band``. A configuration th
 stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
 overrating it would otherwise lead the job back after every adaptation), and after
 ``MAX_MISSES`` such configurations only measured ones are switched to until conditions change (a
-model far off keeps finding a new neighbour to overrate). The decision log says when the guard
-acted.
+model far off keeps finding a new neighbour to overrate). A model-led move to an unmeasured
+configuration must also fit the exploration budget (``explore_share`` of the time trained, see
+``_unaffordable``). The decision log says when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -80,6 +81,7 @@ PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is w
 PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
+MISS_SLOWDOWN = 0.5  # what a try is assumed to lose per window until the guard leaves it
 
 
 class TunerLike(Protocol):
@@ -94,7 +96,7 @@ class TuningLoop:
                  lead_s: float = 0.3, session: str = "", history: int = 5,
                  guard: bool = True, noise_band: float = 0.03, guard_windows: int = 2,
                  veto_windows: int = 30, guard_budget: float = 0.05,
-                 decide_every_s: float = 1.0) -> None:
+                 explore_share: float | None = 0.02, decide_every_s: float = 1.0) -> None:
         self.current = config
         self.tuner = tuner
         self.trigger = trigger
@@ -128,6 +130,12 @@ class TuningLoop:
         self.guard_windows = guard_windows
         self.veto_windows = veto_windows
         self.guard_budget = guard_budget
+        if explore_share is not None and not 0.0 <= explore_share < 1.0:
+            raise ConfigError(f"explore_share must be in [0, 1) or None (no budget), got "
+                              f"explore_share={explore_share!r}")
+        self.explore_share = explore_share
+        self.lost_s = 0.0  # time this job lost against native: switches, slower windows
+        self._window_s = 0.0  # the last window's steady-state time
         self._first_cost: float | None = None  # the first window's warm-up (a first trace)
         self._first_window: int | None = None
         self._configs: dict[_Knobs, Config] = {}
@@ -156,6 +164,8 @@ class TuningLoop:
             return None
         self._recent.append(obs)
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
+        self._window_s = obs.steps * obs.step_time_s
+        self._account(obs)
         if self._first_cost is None:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
             self._first_window = obs.window
@@ -170,8 +180,9 @@ class TuningLoop:
             if applied:
                 self.current = self.pending.config
                 if obs.warmup_steps:
-                    self._switch_costs.append(
-                        max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s))
+                    cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
+                    self._switch_costs.append(cost)
+                    self.lost_s += cost
             else:
                 log.info("decision %d was not applied at step %d (workers still run %s); "
                             "deciding again", self.pending.id, self.pending.step,
@@ -221,7 +232,7 @@ class TuningLoop:
                            for c in candidates],
             "action": verdict.action, "reason": verdict.reason, "gain": verdict.gain,
             "error": verdict.error, "adapt": verdict.adapt, "next_config": verdict.config,
-            "switch_cost_s": cost, "trained_s": self.trained_s,
+            "switch_cost_s": cost, "trained_s": self.trained_s, "lost_s": self.lost_s,
             "decision_id": None if decision is None else decision.id,
             "target_step": None if decision is None else decision.step,
         })
@@ -245,6 +256,33 @@ class TuningLoop:
         """How long a switch's gain is expected to last: as long again as the conditions in
         force have lasted (a link that alternates every few seconds pays for no retrace)."""
         return self.trained_s - self._since_s
+
+    def _account(self, obs: Observation) -> None:
+        """Add what ``obs`` cost against native to ``lost_s`` (negative: what it gained) when
+        it ran a scheduled configuration: its time beyond what native's measured speed would
+        have taken. (A switch's cost, its warm-up beyond its steps, is added where it is
+        measured.)"""
+        native = self.measured(obs.config.replace(scheduling=False))
+        if obs.config.scheduling and native and obs.speed > 0:
+            self.lost_s += obs.steps * obs.step_time_s * (1.0 - obs.speed / native)
+
+    def _unaffordable(self) -> str:
+        """Why following the model to an unmeasured configuration does not fit the exploration
+        budget ('' if it does), once native is measured: what the job lost against it, plus
+        what a miss would cost (the switch, and the windows until the guard leaves it), must
+        stay within ``explore_share`` of the time trained. A model far off on a fast job then
+        costs a bounded share of it whenever the job stops; measured gains earn room for more
+        tries. Search tuners (no ``predict``) explore by design: the budget is the model's."""
+        if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)) \
+                or self.measured(self.native) is None:  # nothing to lose against yet
+            return ""
+        miss = self.switch_cost_s + self.guard_windows * self._window_s * MISS_SLOWDOWN
+        allowed = self.explore_share * self.trained_s
+        if self.lost_s + miss <= allowed:
+            return ""
+        return (f"a miss would cost about {miss:.2f} s and this job has lost {self.lost_s:.2f} s "
+                f"to native, above {self.explore_share:.0%} of the {self.trained_s:.1f} s "
+                "trained")
 
     def _check_conditions(self, obs: Observation) -> None:
         """A configuration running ``CHANGED`` times faster or slower than this job measured
@@ -360,6 +398,8 @@ class TuningLoop:
     def _barred(self, config: Config, native: float | None) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""
         measured = self.measured(config)
+        if measured is None and (short := self._unaffordable()):
+            return short
         if self._misses >= MAX_MISSES and measured is None:
             return (f"the model's picks measured slower than native {self._misses} times under "
                     "these conditions: only measured configurations until they change")
