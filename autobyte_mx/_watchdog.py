@@ -74,8 +74,8 @@ class Watchdog:
         if waiting and idle > self.timeout_s:
             return (f"AutoByte: no communication progress for {idle:.0f} s while waiting for "
                     f"{what} ({self._describe()}); a parameter server or a peer worker is gone "
-                    f"or frozen. Stopping this worker (timeout {self.timeout_s:g} s, set "
-                    "AUTOBYTE_TIMEOUT or AutoByte(timeout=...) to change it).")
+                    f"or frozen. Stopping this worker (grace {self.timeout_s:g} s, set "
+                    "AUTOBYTE_GRACE_S or AutoByte(grace_s=...) to change it).")
         return None
 
     def _run(self) -> None:

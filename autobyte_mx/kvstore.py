@@ -29,7 +29,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
-import os
+import math
 import threading
 import time
 import weakref
@@ -59,7 +59,6 @@ __all__ = ["AutoByte"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 300.0
 # Engine priority of an admitted block's push/pull: the scheduler has already chosen the order,
 # so once a gate opens the transfer should not wait behind queued compute on the CPU worker.
 COMM_PRIORITY = 1 << 20
@@ -78,7 +77,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     """``mx.kv.create('autobyte')`` or ``AutoByte(partition_bytes=..., credit_bytes=...)``.
 
     Options are ``common.config.Config`` fields (keyword > AUTOBYTE_* > default), or a whole
-    ``config``. ``timeout`` (s, default AUTOBYTE_TIMEOUT or 300) bounds a communication stall.
+    ``config``. ``timeout`` (s, default the config's ``grace_s``, AUTOBYTE_GRACE_S) bounds a
+    communication stall.
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models are
     judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
     ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
@@ -112,7 +112,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._scheduler = Scheduler(self._config, start=self._start_send)
         self._sequencer = Sequencer(self._scheduler)
         self._recorder = StepRecorder()
-        self._watchdog = Watchdog(_timeout(timeout), describe=self._describe)
+        self._watchdog = Watchdog(self._config.grace_s if timeout is None else _timeout(timeout),
+                                  describe=self._describe)
         self._tensors: dict[Hashable, Tensor] = {}
         self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype),
                               init=self._native_init)
@@ -579,8 +580,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 self._kv.init(keys, [a for g in groups for a in g.arrays])
 
     def _describe(self) -> str:
+        peers = self._agent.peers()
         return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
-                f"{self._scheduler.inflight_bytes} bytes in flight")
+                f"{self._scheduler.inflight_bytes} bytes in flight"
+                + (f"; {peers}" if peers else ""))
 
 
 def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
@@ -589,15 +592,13 @@ def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
         store.close()
 
 
-def _timeout(timeout: float | None) -> float:
-    raw: Any = timeout if timeout is not None else os.environ.get("AUTOBYTE_TIMEOUT",
-                                                                   DEFAULT_TIMEOUT_S)
+def _timeout(timeout: Any) -> float:
     try:
-        value = float(raw)
+        value = float(timeout)
     except (TypeError, ValueError):
-        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={raw!r}") from None
+        value = math.nan
     if not value > 0:
-        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={raw!r}")
+        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={timeout!r}")
     return value
 
 

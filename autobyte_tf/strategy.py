@@ -63,15 +63,16 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
     Knobs: ``config`` (a ``common.config.Config``) and/or its fields as keywords
     (``partition_bytes``, ``credit_bytes``, ``scheduling``, ``window_steps``, ...); precedence is
     keywords > ``AUTOBYTE_*`` environment > defaults. ``bandwidth`` (bits/s per worker link,
-    e.g. "10gbit") only shapes the simulated plan. ``sync_timeout`` (s) bounds the step
-    agreement collective, so a lost worker is reported instead of hanging forever.
+    e.g. "10gbit") only shapes the simulated plan. ``sync_timeout`` (s, default the config's
+    ``grace_s``) bounds the step agreement collective, so a lost worker is reported instead of
+    hanging forever; TensorFlow's own heartbeat declares a worker dead after ``grace_s`` too.
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models
     are judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords
     (e.g. ``endpoint``, ``decision_log``, ``lead_s``).
     """
 
     def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,
-                 sample_every: int | None = None, sync_timeout: float = 300.0,
+                 sample_every: int | None = None, sync_timeout: float | None = None,
                  model_name: str = "unknown", tuning: Mapping[str, Any] | None = None,
                  cluster_resolver: Any = None, communication_options: Any = None,
                  **options: Any) -> None:
@@ -81,6 +82,8 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
                                          not isinstance(sample_every, int) or sample_every < 1):
             raise ConfigError(
                 f"sample_every must be an int >= 1, got sample_every={sample_every!r}")
+        if sync_timeout is None:
+            sync_timeout = resolved.grace_s
         if not (isinstance(sync_timeout, int | float) and sync_timeout > 0):
             raise ConfigError(
                 f"sync_timeout must be > 0 seconds, got sync_timeout={sync_timeout!r}")
@@ -94,6 +97,8 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         # AutoByteStrategy takes its own (workers create strategies in the same order).
         self._collective_key_base = _KEY_BASE_STRIDE * next(_STRATEGY_COUNT)
         _warn_if_collectives_enabled()
+        if not local:
+            _configure_heartbeat(resolved.grace_s, cluster_resolver)
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
         _exit_on_sigterm()
@@ -241,6 +246,29 @@ def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
         controller.stamp_start(time.perf_counter())
         return np.int8(0)
     return stamp
+
+
+def _configure_heartbeat(grace_s: float, cluster_resolver: Any) -> None:
+    """TensorFlow's coordination service, configured as MultiWorkerMirroredStrategy would,
+    with its heartbeat timeout at ``grace_s``: by default it declares a worker dead after 10 s
+    and ends the job, so a 20 s network outage killed jobs MXNet survives. Kept when the
+    script configured the service itself."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
+    from tensorflow.python.eager import context
+
+    if context.context().coordination_service is not None:
+        return
+    resolver = cluster_resolver or TFConfigClusterResolver()
+    spec = resolver.cluster_spec()
+    if resolver.task_type not in ("chief", "worker"):
+        return
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in ("chief", "worker") if job in spec.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(grace_s * 1000))
 
 
 def _exit_on_sigterm() -> None:

@@ -37,7 +37,6 @@ _OTHER_ENV_VARS = {
     "AUTOBYTE_NUM_WORKERS",
     "AUTOBYTE_ROLE",
     "AUTOBYTE_CONTROL_ENDPOINT",
-    "AUTOBYTE_TIMEOUT",
     "AUTOBYTE_VERBOSE",
 }
 
@@ -56,6 +55,8 @@ class Config:
     window_steps: steps per statistics window (the paper uses 10).
     gain_threshold: predicted relative gain needed before a reconfiguration (paper: 5%).
     adapt_threshold: relative prediction error that triggers online adaptation (paper: 10%).
+    grace_s: how long a peer may make no progress (dead, frozen, cut off) before the job fails
+        with an error naming it; shorter outages are survived.
     """
 
     partition_bytes: int = 1024 * 1024
@@ -65,6 +66,7 @@ class Config:
     window_steps: int = 10
     gain_threshold: float = 0.05
     adapt_threshold: float = 0.10
+    grace_s: float = 60.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -209,4 +211,5 @@ _PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "window_steps": _number_in(int, 1, 10_000),
     "gain_threshold": _number_in(float, 0.0, 10.0),
     "adapt_threshold": _number_in(float, 0.0, 10.0),
+    "grace_s": _number_in(float, 1.0, 86_400.0),
 }

@@ -8,7 +8,8 @@
 By default rank 0 of a job runs the coordinator in a child process at a lower CPU priority; run
 it standalone to keep the tuner (e.g. the meta-network) off the training hosts. Workers that
 lose it keep training with the last configuration. Stops on Ctrl-C, SIGTERM or, with
---exit-when-done, when every worker has said bye.
+--exit-when-done, when every worker has said bye (exit 0) or one has been silent beyond
+AUTOBYTE_GRACE_S (exit 1).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def register(subparsers: Any) -> None:
                         help="drop messages whose timestamp is further than this from now "
                         "(default 60)")
     parser.add_argument("--exit-when-done", action="store_true",
-                        help="exit once every worker has said bye")
+                        help="exit once every worker has said bye (0), or one has been "
+                        "silent beyond AUTOBYTE_GRACE_S (1)")
     parser.set_defaults(func=_run)
 
 
@@ -111,4 +113,9 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     rejected = dict(coordinator.verifier.rejected)
     print(f"coordinator stopped; rejected messages: {rejected or 'none'}", flush=True)
+    if coordinator.lost:
+        lost = ", ".join(f"{sender} (silent {info['silent_s']:.0f} s from step {info['step']})"
+                         for sender, info in sorted(coordinator.lost.items()))
+        print(f"autobyte coordinator: error: the job lost {lost}", file=sys.stderr, flush=True)
+        return 1
     return 0

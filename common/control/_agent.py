@@ -15,6 +15,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,7 @@ class TuningAgent:
             if not value > 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {name}={value!r}")
         self.rank, self.num_workers = rank, num_workers
+        self._heartbeat_s = heartbeat_s
         self._config = config
         self._inbox: collections.deque[Decision] = collections.deque()
         self._seen: tuple[str, int] = ("", 0)
@@ -135,7 +137,8 @@ class TuningAgent:
             verifier=Verifier(secret=key, max_age_s=max_age_s, accept=("decision", "heartbeat")),
             hello={"rank": rank, "num_workers": num_workers, "config": config.to_dict()},
             heartbeat_s=heartbeat_s, dead_after_s=dead_after_s,
-            on_decision=self._on_decision, describe_config=lambda: self._config.describe())
+            on_decision=self._on_decision, describe_config=lambda: self._config.describe(),
+            progress=lambda: self.last_step)
         self._link.start()
         self.enabled = True
         atexit.register(self.close)
@@ -152,6 +155,19 @@ class TuningAgent:
     @property
     def coordinator_alive(self) -> bool:
         return self._link is not None and self._link.alive
+
+    def peers(self) -> str:
+        """What this worker knows of the others, for an error about a stall: the workers the
+        coordinator has not heard for a while, or how long the coordinator has been silent."""
+        if self._link is None:
+            return ""
+        said = [f"the coordinator has not heard {sender} for {info.get('silent_s', 0):.0f} s "
+                f"(last at step {info.get('step', -1)})"
+                for sender, info in sorted(self._link.silent.items())]
+        quiet = time.monotonic() - self._link.last_heard
+        if quiet > 3 * self._heartbeat_s:
+            said.append(f"the coordinator has been silent for {quiet:.0f} s")
+        return "; ".join(said)
 
     @property
     def window_steps(self) -> int:

@@ -57,7 +57,7 @@ class Coordinator:
         self.exit_when_done = exit_when_done
         self._signer = Signer(secret=secret, sender="coordinator")
         self.verifier = Verifier(secret=secret, max_age_s=max_age_s,
-                                 accept=("hello", "report", "bye"))
+                                 accept=("hello", "report", "alive", "bye"))
         self.log = decision_log or DecisionLog(None)
         trig = trigger or create_trigger("threshold", config=config)
         self.loop = TuningLoop(config=config, tuner=tuner, trigger=trig, decision_log=self.log,
@@ -81,6 +81,10 @@ class Coordinator:
         self._strikes: dict[bytes, int] = {}  # forged messages per sender
         self._muted: dict[bytes, float] = {}  # sender -> until when it is not heard
         self._byes: set[str] = set()
+        self.grace_s = config.grace_s
+        self._heard: dict[str, tuple[float, int]] = {}  # worker -> (when, its step) last heard
+        self.lost: dict[str, dict[str, Any]] = {}  # workers silent beyond the grace period
+        self._silent: dict[str, dict[str, Any]] = {}  # workers silent for 3 heartbeats or more
         self._windows: dict[int, dict[int, Window]] = {}
         self._ready: list[Observation] = []
         self._stopping = False  # set while the last queued messages are handled
@@ -190,10 +194,14 @@ class Coordinator:
                     self._warm_up(warm)
                     warm = None
                 if time.monotonic() >= next_beat:
+                    self._check_peers(time.monotonic())
                     self._broadcast("heartbeat", self._heartbeat())
                     next_beat = time.monotonic() + self.heartbeat_s
                 if self.exit_when_done and self.done:
                     log.info("every worker said bye: coordinator exits")
+                    break
+                if self.exit_when_done and self.lost:
+                    log.error("the job lost %s: coordinator exits", ", ".join(self.lost))
                     break
             self._record_queued()
         finally:
@@ -273,8 +281,35 @@ class Coordinator:
         self._answered[identity] = now
         self._send(identity, "heartbeat", {"latest": None})
 
+    def _check_peers(self, now: float) -> None:
+        """Say once when a worker has been silent beyond the grace period (dead, frozen or cut
+        off: its link thread sends every heartbeat, also while training blocks), and when it
+        is heard again. Heartbeats tell every worker who has been silent for three of them."""
+        self._silent = {}
+        for sender, (when, step) in self._heard.items():
+            silent = now - when
+            if sender in self._byes:
+                continue
+            if silent > 3 * self.heartbeat_s:
+                self._silent[sender] = {"step": step, "silent_s": round(silent, 1)}
+            if silent > self.grace_s and sender not in self.lost:
+                self.lost[sender] = {"step": step, "silent_s": round(silent, 1)}
+                log.error("%s has not been heard for %.0f s (last at step %d): dead, frozen or "
+                          "cut off", sender, silent, step)
+                self.log.write("event", {"event": "worker_lost", "sender": sender,
+                                         "step": step, "silent_s": silent})
+            elif sender in self.lost and silent <= self.grace_s:
+                del self.lost[sender]
+                log.warning("%s is heard again (step %d)", sender, step)
+                self.log.write("event", {"event": "worker_back", "sender": sender, "step": step})
+
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender
+        step = message.body.get("step", -1) if message.type == "alive" else \
+            self._heard.get(message.sender, (0.0, -1))[1]
+        self._heard[message.sender] = (time.monotonic(), step if isinstance(step, int) else -1)
+        if message.type == "alive":
+            return
         if message.type != "report":
             self._decide_ready()  # what came before this message is answered first
         if message.type == "hello":
@@ -337,7 +372,7 @@ class Coordinator:
 
     def _heartbeat(self) -> dict[str, Any]:
         latest = self.loop.latest
-        return {"latest": None if latest is None else latest.to_dict()}
+        return {"latest": None if latest is None else latest.to_dict(), "silent": self._silent}
 
     def _broadcast(self, type_: str, body: dict[str, Any]) -> None:
         for identity in list(self._peers):

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -154,6 +155,8 @@ def main() -> int:
         coordinator.request_stop()
 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the job's group is stopped: log, save
+        signal.signal(signum, lambda *_: coordinator.request_stop())
     coordinator.run()
     return 0
 

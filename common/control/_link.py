@@ -7,6 +7,9 @@ thread wakes at least every 200 ms, sends what is queued without blocking (a ful
 the coordinator is away drops the message: statistics are only useful fresh), verifies what
 arrives, and watches heartbeats: when the coordinator has been silent for ``dead_after_s`` it
 says once that training goes on with the last configuration, and once more if it comes back.
+Every ``heartbeat_s`` it tells the coordinator this worker is alive and at which step (the
+thread runs while training is blocked in a collective), and it keeps what the coordinator's
+heartbeats say of workers it stopped hearing (``silent``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Link(threading.Thread):
     def __init__(self, *, ctx: zmq.Context[Any], endpoint: str, signer: Signer,
                  verifier: Verifier, hello: dict[str, Any], heartbeat_s: float,
                  dead_after_s: float, on_decision: Callable[[Decision], None],
-                 describe_config: Callable[[], str]) -> None:
+                 describe_config: Callable[[], str],
+                 progress: Callable[[], int] = lambda: -1) -> None:
         super().__init__(name=f"autobyte-link-{signer.sender}", daemon=True)
         self.endpoint = endpoint
         self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
@@ -50,6 +54,9 @@ class Link(threading.Thread):
         self._dead_after_s = dead_after_s
         self._on_decision = on_decision
         self._describe = describe_config
+        self._progress = progress
+        self.silent: dict[str, Any] = {}  # the coordinator's word on workers it stopped hearing
+        self.last_heard = time.monotonic()
         self._said_lost = False
         self._forged = False  # a message failed the signature check (another secret)
         self._wake_r, self._wake_w = os.pipe()
@@ -92,7 +99,7 @@ class Link(threading.Thread):
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         started = last_heard = time.monotonic()
-        next_hello = started
+        next_hello = next_alive = started
         heard = False
         while not self.stop_event.is_set():
             events = dict(poller.poll(timeout=200))
@@ -106,10 +113,15 @@ class Link(threading.Thread):
                         break
                     if self._receive(frames):
                         heard, last_heard = True, time.monotonic()
+                        self.last_heard = last_heard
             now = time.monotonic()
             if (not heard or self._said_lost) and now >= next_hello:
                 self._send(sock, "hello", self._hello)
                 next_hello = now + self._heartbeat_s
+            elif heard and now >= next_alive:
+                self._send(sock, "alive", {"rank": self._hello.get("rank"),
+                                           "step": self._progress()})
+                next_alive = now + self._heartbeat_s
             while self.outbox:
                 self._send(sock, *self.outbox.popleft())
             self._watch(now - last_heard, heard)
@@ -133,8 +145,11 @@ class Link(threading.Thread):
 
     def _handle(self, message: Message) -> None:
         data = message.body.get("decision" if message.type == "decision" else "latest")
-        if data is None and message.type == "heartbeat":
-            return
+        if message.type == "heartbeat":
+            silent = message.body.get("silent", {})
+            self.silent = silent if isinstance(silent, dict) else {}
+            if data is None:
+                return
         if not isinstance(data, dict):
             raise ControlError(f"malformed: {message.type} without a decision object")
         self._on_decision(Decision.from_dict(data))

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 WIRE_VERSION = 1
 SECRET_ENV = "AUTOBYTE_SECRET"
-MESSAGE_TYPES = ("hello", "report", "bye", "decision", "heartbeat")
+MESSAGE_TYPES = ("hello", "report", "alive", "bye", "decision", "heartbeat")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SUMMARY_S = 10.0  # rejected messages beyond the first few are summed up at most this often
 _REASONS = ("forged", "replayed", "stale", "malformed")

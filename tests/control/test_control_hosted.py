@@ -115,3 +115,18 @@ def test_the_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
         parent.kill()
         parent.wait()
     assert read_log(tmp_path / "d.jsonl")[-1].get("event") == "coordinator_stopped"
+
+
+def test_sigterm_to_the_jobs_group_stops_the_process_cleanly(tmp_path: Path) -> None:
+    """A launcher stopping the job signals the whole group: the coordinator still closes its
+    log (and would save its adapted model) instead of dying mid-write."""
+    agent = TuningAgent(rank=0, num_workers=2, config=Config(tuner="observe"),
+                        decision_log=tmp_path / "d.jsonl",
+                        environ={"AUTOBYTE_SECRET": SECRET,
+                                 "AUTOBYTE_CONTROL_ENDPOINT": "tcp://127.0.0.1:*"})
+    hosted = agent.coordinator
+    assert isinstance(hosted, HostedCoordinator)
+    os.kill(hosted.pid, signal.SIGTERM)
+    assert _gone(hosted.pid, 10)
+    agent.close()
+    assert read_log(tmp_path / "d.jsonl")[-1].get("event") == "coordinator_stopped"

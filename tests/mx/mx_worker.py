@@ -123,6 +123,7 @@ def main() -> int:
     ap.add_argument("--hybridize", default="static", choices=["no", "plain", "static"])
     ap.add_argument("--freeze-first", action="store_true")
     ap.add_argument("--kill-server-at", type=int, default=-1)
+    ap.add_argument("--freeze-rank1-at", type=int, default=-1)
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
     ap.add_argument("--lead-s", type=float, default=None)
@@ -177,6 +178,8 @@ def main() -> int:
         if step in a.mark and rank == 0:
             with open(os.path.join(a.out, f"mark_{step}"), "w") as f:
                 f.write(str(time.time()))
+        if step == a.freeze_rank1_at and rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
         if step == a.kill_server_at and rank == 0:
             with open(os.environ["MXTEST_SERVER_PIDFILE"]) as f:
                 os.kill(int(f.read()), signal.SIGSTOP)

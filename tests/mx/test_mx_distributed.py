@@ -163,8 +163,20 @@ def test_workers_disagreeing_on_config_fail_clearly(tmp_path: Path) -> None:
 def test_frozen_server_is_reported_not_a_silent_hang(tmp_path: Path) -> None:
     pidfile = tmp_path / "server.pid"
     job = run_job(tmp_path, *MLP, "--kill-server-at", "2", timeout=90,
-                  env={"AUTOBYTE_TIMEOUT": "4", "MXTEST_SERVER_PIDFILE": str(pidfile)})
+                  env={"AUTOBYTE_GRACE_S": "4", "MXTEST_SERVER_PIDFILE": str(pidfile)})
     assert not job.result.ok and not job.result.timed_out
     assert job.result.returncode == 75
     text = job.output("worker0") + job.output("worker1")
     assert "no communication progress" in text and "server" in text
+
+
+def test_a_frozen_worker_is_named_by_the_other_within_the_grace_period(tmp_path: Path) -> None:
+    """Rank 1 stops itself (SIGSTOP) mid-run: rank 0 waits the grace period, then exits with
+    an error naming worker1 and the step it was last heard at (from the coordinator)."""
+    job = run_job(tmp_path, *MLP, "--steps", "400", "--freeze-rank1-at", "20", timeout=90,
+                  env={"AUTOBYTE_GRACE_S": "5", "AUTOBYTE_TUNER": "observe"})
+    assert not job.result.ok and not job.result.timed_out
+    assert job.result.failed == "worker0" and job.result.returncode == 75
+    text = job.output("worker0")
+    assert "no communication progress for" in text, text[-2000:]
+    assert "the coordinator has not heard worker1 for" in text, text[-2000:]

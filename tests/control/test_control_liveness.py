@@ -1,0 +1,88 @@
+"""Liveness: the coordinator notices a worker that stopped talking (dead, frozen, cut off),
+says so once after the grace period, tells every worker, and notices it coming back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from common.config import Config
+from common.control import Coordinator, Signer, TuningAgent
+from common.control.testing import ScriptedTuner
+from common.decision_log import DecisionLog, read_log
+from common.errors import ConfigError
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(60)]
+
+KEY = b"l" * 32
+
+
+def _until(check: Any, within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_silent_worker_is_lost_after_the_grace_period_and_back_when_heard(
+        tmp_path: Path) -> None:
+    config = Config(grace_s=1.5, tuner="observe")
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
+                              secret=KEY, heartbeat_s=0.2,
+                              decision_log=DecisionLog(tmp_path / "d.jsonl")).start()
+    agent = TuningAgent(rank=0, num_workers=2, config=config, endpoint=coordinator.endpoint,
+                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
+                        tuner=ScriptedTuner([]))
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.connect(coordinator.endpoint)
+    signer = Signer(secret=KEY, sender="worker1")
+    try:
+        peer.send_multipart(signer.sign("hello", {"rank": 1, "num_workers": 2}))
+        peer.send_multipart(signer.sign("alive", {"rank": 1, "step": 41}))
+        _until(lambda: "worker1" in coordinator._heard, 5, "the coordinator never heard worker1")
+        started = time.monotonic()  # worker1 goes silent; worker0's link keeps talking
+        _until(lambda: "worker1" in coordinator.lost, 5, "worker1 was never declared lost")
+        assert 1.5 <= time.monotonic() - started <= 3.0
+        assert coordinator.lost["worker1"]["step"] == 41 and "worker0" not in coordinator.lost
+        _until(lambda: "worker1" in agent.peers(), 3, "worker0 never heard of the silence")
+        assert "the coordinator has not heard worker1 for" in agent.peers()
+        assert "(last at step 41)" in agent.peers()
+        peer.send_multipart(signer.sign("alive", {"rank": 1, "step": 42}))
+        _until(lambda: not coordinator.lost, 3, "worker1 heard again, still lost")
+        _until(lambda: agent.peers() == "", 3, "worker0 still hears of a silence")
+    finally:
+        agent.close()
+        coordinator.close()
+        peer.close(0)
+        ctx.term()
+    events = [r["event"] for r in read_log(tmp_path / "d.jsonl") if r["type"] == "event"]
+    assert events.count("worker_lost") == 1 and events.count("worker_back") == 1
+
+
+def test_a_worker_that_said_bye_is_not_lost(tmp_path: Path) -> None:
+    config = Config(grace_s=1.0, tuner="observe")
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config,
+                              secret=KEY, heartbeat_s=0.2).start()
+    agent = TuningAgent(rank=0, num_workers=1, config=config, endpoint=coordinator.endpoint,
+                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
+                        tuner=ScriptedTuner([]))
+    try:
+        _until(lambda: "worker0" in coordinator._heard, 5, "the coordinator never heard worker0")
+        agent.close()  # says bye
+        time.sleep(1.8)
+        assert coordinator.lost == {}
+    finally:
+        coordinator.close()
+
+
+@pytest.mark.parametrize("value", ["soon", "0.5", "-3"])
+def test_the_grace_period_is_checked_where_it_is_set(value: str) -> None:
+    with pytest.raises(ConfigError, match=f"AUTOBYTE_GRACE_S must be .*AUTOBYTE_GRACE_S='{value}'"):
+        Config.from_env({"AUTOBYTE_GRACE_S": value})
+    assert Config.from_env({"AUTOBYTE_GRACE_S": "45"}).grace_s == 45.0

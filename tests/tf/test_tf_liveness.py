@@ -1,0 +1,43 @@
+"""A frozen TensorFlow worker ends the job after the grace period (AutoByteStrategy sets TF's
+coordination heartbeat to ``grace_s``) with TensorFlow's error naming the task, not a hang."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'autobyte[tf]')")
+
+from common.launch import launch
+
+pytestmark = [pytest.mark.framework, pytest.mark.distributed, pytest.mark.timeout(180)]
+
+WORKER = Path(__file__).with_name("tf_freeze_worker.py")
+
+
+def test_a_frozen_worker_ends_the_job_after_the_grace_period() -> None:
+    marks: dict[str, float] = {}
+
+    class Watch:
+        def write(self, text: str) -> int:
+            if "FROZEN_AT" in text:
+                marks.setdefault("frozen", time.monotonic())
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    result = launch(framework="tensorflow", command=[sys.executable, str(WORKER), "20"],
+                    workers=2, env={"AUTOBYTE_GRACE_S": "8", "AUTOBYTE_TUNER": "none"},
+                    timeout=150, stream=Watch())
+    ended = time.monotonic()
+    assert not result.ok and not result.timed_out, result.returncode
+    assert result.failed == "worker0", result.failed
+    assert "frozen" in marks
+    waited = ended - marks["frozen"]
+    assert 8 <= waited <= 60, waited  # the grace period, not TF's default 10 s nor a hang
+    text = result.processes["worker0"].output
+    assert "task:1" in text or "task 1" in text, text[-3000:]
