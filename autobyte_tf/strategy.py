@@ -308,7 +308,8 @@ def _warn_if_collectives_enabled() -> None:
 
 
 class _Broadcaster:
-    """Rank 0's float64 vector to every worker, through one eager collective sum."""
+    """Rank 0's float64 vector to every worker, through one eager collective sum, run on a
+    thread of its own while training goes on; the returned function waits for the sum."""
 
     def __init__(self, device: str, workers: int, timeout: float) -> None:
         self._device = device
@@ -316,12 +317,29 @@ class _Broadcaster:
         self._timeout = timeout
         self._keys = _SYNC_KEYS  # shared: every worker makes its strategies in one order
 
-    def __call__(self, vector: NDArray[Any]) -> NDArray[Any]:
-        with tf.device(self._device):
-            out = tf.raw_ops.CollectiveReduceV2(
-                input=tf.constant(vector, dtype=tf.float64), group_size=self._workers,
-                group_key=_SYNC_GROUP_KEY, instance_key=next(self._keys), ordering_token=[],
-                merge_op="Add", final_op="Id", communication_hint="auto",
-                timeout_seconds=self._timeout)
-        result: NDArray[Any] = out.numpy()
-        return result
+    def __call__(self, vector: NDArray[Any]) -> Callable[[], NDArray[Any]]:
+        key = next(self._keys)  # taken in call order, the same on every worker
+        box: list[Any] = []
+
+        def run() -> None:
+            try:
+                with tf.device(self._device):
+                    out = tf.raw_ops.CollectiveReduceV2(
+                        input=tf.constant(vector, dtype=tf.float64),
+                        group_size=self._workers, group_key=_SYNC_GROUP_KEY, instance_key=key,
+                        ordering_token=[], merge_op="Add", final_op="Id",
+                        communication_hint="auto", timeout_seconds=self._timeout)
+                box.append(out.numpy())
+            except Exception as exc:  # raised where the result is waited for
+                box.append(exc)
+
+        thread = threading.Thread(target=run, name="autobyte-agreement", daemon=True)
+        thread.start()
+
+        def wait() -> NDArray[Any]:
+            thread.join()
+            if isinstance(box[0], Exception):
+                raise box[0]
+            result: NDArray[Any] = box[0]
+            return result
+        return wait

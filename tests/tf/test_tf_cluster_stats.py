@@ -6,6 +6,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,11 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     sent: list[NDArray[np.float64]] = []
 
     def make(rank: int) -> Controller:
-        def broadcast(vector: NDArray[np.float64]) -> NDArray[np.float64]:
+        def broadcast(vector: NDArray[np.float64]) -> Callable[[], NDArray[np.float64]]:
             if rank == 0:
                 sent.append(vector.copy())
-                return vector
-            return sent[-1]  # rank 0 runs first in this lock-step fake
+            value = sent[-1]  # rank 0 runs first in this lock-step fake
+            return lambda: value
         return Controller(config=Config(partition_bytes=4096, credit_bytes=8192,
                                         window_steps=2),
                           rank=rank, workers=2, bandwidth=1e9, broadcast=broadcast)
@@ -123,14 +124,15 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     workers[1].reconfigure(Config(partition_bytes=65536, credit_bytes=65536))  # ignored
     run_steps(workers, 1)
     workers[0].reconfigure(Config(partition_bytes=16384, credit_bytes=32768))
-    rebuilds = run_steps(workers, 3)
+    rebuilds = run_steps(workers, 5)
     for rank, c in enumerate(workers):
         results[rank].append(c.config)
-    assert rebuilds[0] == [False, False]
-    assert rebuilds[1] == [True, True]  # step 2: the agreement step, same on both
+    assert sent[0][:2].tolist() == [1.0, 16384.0]  # sent at step 2 ...
+    assert rebuilds[:3] == [[False, False]] * 3
+    assert rebuilds[3] == [True, True]  # ... in force from the next agreement, step 4, on both
     assert results[0] == results[1]
     assert results[0][0].partition_bytes == 16 * 1024
-    more = run_steps(workers, 4)
+    more = run_steps(workers, 6)
     assert [r[0] for r in more] == [r[1] for r in more]
     assert workers[0].measured_plan and workers[1].measured_plan
     assert workers[0]._times == workers[1]._times
@@ -139,14 +141,14 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
 
 def test_reconfigure_needs_a_config() -> None:
     c = Controller(config=Config(), rank=0, workers=1, bandwidth=1e9,
-                   broadcast=lambda v: v)
+                   broadcast=lambda v: lambda: v)
     with pytest.raises(TypeError, match="Config"):
         c.reconfigure({"partition_bytes": 4096})  # type: ignore[arg-type]
 
 
 def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one() -> None:
     c = Controller(config=Config(window_steps=2), rank=0, workers=1, bandwidth=1e9,
-                   broadcast=lambda v: v)
+                   broadcast=lambda v: lambda: v)
     builds = {"a": 0, "b": 0}
 
     def builder(name: str) -> Any:
@@ -161,17 +163,20 @@ def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one
     assert builds == {"a": 1, "b": 1}
     c.reconfigure(Config(partition_bytes=8192, credit_bytes=8192))
     a()  # step 3: no agreement yet
-    a()  # step 4: the switch, a rebuilds
+    a()  # step 4: agreed ...
+    a()
+    assert c.config.partition_bytes != 8192
+    a()  # step 6: ... in force from the next agreement on, a rebuilds
     assert c.config.partition_bytes == 8192 and builds["a"] == 2
     b()
     assert builds["b"] == 2
     c.reconfigure(Config(window_steps=2))  # back to the first configuration
-    a()
-    a()  # step 6: the switch back reuses a's first trace
+    for _ in range(4):
+        a()  # step 10: the switch back reuses a's first trace
     assert c.config == Config(window_steps=2) and builds["a"] == 2
     c.reconfigure(Config(window_steps=2, scheduling=False))
-    a()
-    a()  # step 8: native is one more trace
+    for _ in range(4):
+        a()  # step 14: native is one more trace
     assert builds["a"] == 3
 
 
@@ -183,11 +188,11 @@ def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_foll
     base = Config(partition_bytes=4096, credit_bytes=8192, window_steps=2, tuner="none")
 
     def make(rank: int) -> Controller:
-        def broadcast(vector: NDArray[np.float64]) -> NDArray[np.float64]:
+        def broadcast(vector: NDArray[np.float64]) -> Callable[[], NDArray[np.float64]]:
             if rank == 0:
                 sent.append(vector.copy())
-                return vector
-            return sent[-1]
+            value = sent[-1]
+            return lambda: value
         agent = TuningAgent(rank=rank, num_workers=2, config=base, environ={})
         agent._collector._on_window = windows[rank].append
         return Controller(config=base, rank=rank, workers=2, bandwidth=1e9,
@@ -220,7 +225,7 @@ def test_a_step_that_traced_is_warmup_for_the_tuner() -> None:
                         environ={})
     agent._collector._on_window = windows.append
     c = Controller(config=agent.config, rank=0, workers=1, bandwidth=1e9,
-                   broadcast=lambda v: v, agent=agent)
+                   broadcast=lambda v: lambda: v, agent=agent)
     infos = (TensorInfo("t0", 8192, 4),)
     for seconds in (5.0, 0.1, 0.1):
         step = c.begin()
@@ -253,3 +258,32 @@ def test_file_barrier_waits_for_every_worker(tmp_path: Path) -> None:
     assert done == [1]
     with pytest.raises(ConfigError, match=r"only 2 of 3 workers reached the barrier"):
         file_barrier(tmp_path, 0, 3, timeout=0.2)
+
+
+def test_steps_between_sample_counter_reads_get_the_last_rate_and_the_total_stays_exact() -> None:
+    c = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
+                   broadcast=lambda v: lambda: v)
+    batches = [8] * 6 + [3] + [8] * 5  # a short batch inside the second window
+    total = {"n": 0, "reads": 0}
+    recorded: list[int] = []
+    end = c.end
+
+    def record(step: Any, seconds: float, samples: int) -> None:
+        recorded.append(samples)
+        end(step, seconds, samples)
+
+    def read() -> int:
+        total["reads"] += 1
+        return total["n"]
+
+    c.end = record  # type: ignore[method-assign]
+    fn = SteppedFunction(c, lambda: (lambda: None), read, can_sample=lambda: False)
+    reads = total["reads"]
+    for n in batches:
+        total["n"] += n
+        fn()
+    assert sum(recorded) == sum(batches)
+    # read at steps 0 and 1 (they agree), then at 3 (a window's end) and 7, which finds 3
+    # samples fewer than given: step 7 gets what is left; then steps 8 and 9 until two agree
+    assert recorded == [8, 8, 8, 8, 8, 8, 8, 3, 8, 8, 8, 8]
+    assert total["reads"] - reads == 7  # steps 0, 1, 3, 7, 8, 9, 11
