@@ -254,6 +254,17 @@ class Testbed:
                 record["rates"] = [list(r) for r in self._rates]
                 _registry.write_record(record)
 
+    def set_link(self, host: Host | int | str, *, up: bool) -> None:
+        """Take ``host``'s switch port down (an outage: the host keeps its address, and its
+        packets go nowhere until the port is up again) or back up."""
+        h = self.host(host)
+        if not self.shaped:
+            raise ConfigError("set_link needs network namespaces: the loopback fallback has "
+                              "no links to cut (run as root)")
+        with self._lock:
+            self._check_open()
+            _net.batch(self.switch_netns, [f"link set p{h.index} {'up' if up else 'down'}"])
+
     def run_schedule(self, schedule: str | Sequence[RateStep], *,
                      host: Host | int | str | None = None,
                      repeat: bool = True) -> ScheduleRunner:

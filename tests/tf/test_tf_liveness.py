@@ -23,7 +23,7 @@ def test_a_frozen_worker_ends_the_job_after_the_grace_period() -> None:
 
     class Watch:
         def write(self, text: str) -> int:
-            if "FROZEN_AT" in text:
+            if "AT_STEP" in text:
                 marks.setdefault("frozen", time.monotonic())
             return len(text)
 

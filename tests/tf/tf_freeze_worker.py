@@ -1,5 +1,7 @@
-"""A TF worker whose rank 1 stops itself (SIGSTOP) at a given step: rank 0 must fail with
-TensorFlow's own error after about the grace period, not hang (tests/tf/test_tf_liveness.py)."""
+"""A TF worker for fault tests: ``AT`` [``STEPS``]. Rank 0 prints ``AT_STEP`` after step AT;
+with no STEPS, rank 1 then stops itself (SIGSTOP) and rank 0 must fail with TensorFlow's own
+error after about the grace period (tests/tf/test_tf_liveness.py); with STEPS, both train
+STEPS steps and print a checksum of their weights (the outage tests on the testbed)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,15 @@ import autobyte_tf
 
 
 class Freeze(keras.callbacks.Callback):
-    def __init__(self, rank: int, at: int) -> None:
+    def __init__(self, rank: int, at: int, freeze: bool) -> None:
         super().__init__()
-        self.rank, self.at = rank, at
+        self.rank, self.at, self.freeze = rank, at, freeze
 
     def on_train_batch_end(self, batch: int, logs: object = None) -> None:
-        if batch == self.at and self.rank == 1:
+        if batch == self.at and self.rank == 1 and self.freeze:
             os.kill(os.getpid(), signal.SIGSTOP)
         if batch == self.at and self.rank == 0:
-            print(f"FROZEN_AT {batch}", flush=True)
+            print(f"AT_STEP {batch}", flush=True)
 
 
 def main() -> None:
@@ -41,8 +43,11 @@ def main() -> None:
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    model.fit(data.with_options(options), steps_per_epoch=100_000, epochs=1, verbose=0,
-              callbacks=[Freeze(strategy.rank, int(sys.argv[1]))])
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    model.fit(data.with_options(options), steps_per_epoch=steps or 100_000, epochs=1,
+              verbose=0, callbacks=[Freeze(strategy.rank, int(sys.argv[1]), steps is None)])
+    checksum = sum(float(np.sum(v.numpy(), dtype=np.float64)) for v in model.trainable_variables)
+    print(f"CHECKSUM {strategy.rank} {checksum!r}", flush=True)
 
 
 if __name__ == "__main__":

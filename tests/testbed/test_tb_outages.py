@@ -1,0 +1,143 @@
+"""Link outages on the testbed (root): a worker's switch port goes down mid-run. Shorter than
+the grace period, the job rides it out in both frameworks and the workers' weights agree;
+longer, it ends with a clear error within about the grace period, and nothing is left."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tb_helpers import root_only
+
+from common.launch import LaunchResult, launch
+from common.testbed import Testbed
+
+pytestmark = [*root_only, pytest.mark.distributed, pytest.mark.slow,
+              pytest.mark.usefixtures("no_leaks")]
+
+TESTS = Path(__file__).resolve().parents[1]
+MX_WORKER = TESTS / "mx" / "mx_worker.py"
+TF_WORKER = TESTS / "tf" / "tf_freeze_worker.py"
+JOB_ENV = {"OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1",
+           "AUTOBYTE_TUNER": "none"}
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None,
+                              reason=f"{module} is not installed (optional framework)")
+
+
+class Outage:
+    """Takes ``host``'s port down for ``seconds`` once ``ready()`` is true; ``began`` and
+    ``ended`` are when (time.monotonic)."""
+
+    def __init__(self, tb: Testbed, host: int, seconds: float,
+                 ready: Callable[[], bool]) -> None:
+        self.began = self.ended = 0.0
+        self._done = threading.Event()
+
+        def run() -> None:
+            while not ready():
+                if self._done.wait(0.02):
+                    return
+            tb.set_link(host, up=False)
+            self.began = time.monotonic()
+            self._done.wait(seconds)
+            tb.set_link(host, up=True)
+            self.ended = time.monotonic()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+
+class Lines:
+    """A launch stream that keeps every line."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def mx_job(tb: Testbed, out: Path, seconds: float, steps: int,
+           env: dict[str, str]) -> tuple[LaunchResult, Outage]:
+    command = [sys.executable, str(MX_WORKER), "--out", str(out), "--model", "mlp", "--steps",
+               str(steps), "--mark", "30", "--brief"]
+    outage = Outage(tb, 2, seconds, (out / "mark_30").exists)  # host 2 holds a worker
+    try:
+        result = launch(framework="mxnet", command=command, workers=2, servers=1,
+                        env={**JOB_ENV, **env}, testbed=tb, timeout=240, stream=None)
+    finally:
+        outage.join()
+    return result, outage
+
+
+def tf_job(tb: Testbed, seconds: float, steps: int,
+           env: dict[str, str]) -> tuple[LaunchResult, Outage, Lines]:
+    lines = Lines()
+    outage = Outage(tb, 1, seconds, lambda: "AT_STEP" in lines.text)
+    try:
+        result = launch(framework="tensorflow", command=[sys.executable, str(TF_WORKER), "30",
+                                                         str(steps)],
+                        workers=2, env={**JOB_ENV, **env}, testbed=tb, timeout=240,
+                        stream=lines)
+    finally:
+        outage.join()
+    return result, outage, lines
+
+
+@needs("mxnet")
+def test_mxnet_rides_out_a_10_s_outage_with_equal_weights(tmp_path: Path) -> None:
+    with Testbed(hosts=3, rate="1gbit") as tb:
+        result, outage = mx_job(tb, tmp_path, 10.0, 600, {"AUTOBYTE_GRACE_S": "30"})
+    assert result.ok, {n: p.output[-2000:] for n, p in result.processes.items()}
+    assert outage.ended - outage.began >= 10.0  # the port was down while the job trained
+    with np.load(tmp_path / "params_rank0.npz") as a, np.load(tmp_path / "params_rank1.npz") as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+@needs("mxnet")
+def test_mxnet_ends_an_outage_longer_than_the_grace_period_with_a_clear_error(
+        tmp_path: Path) -> None:
+    with Testbed(hosts=3, rate="1gbit") as tb:
+        result, outage = mx_job(tb, tmp_path, 40.0, 100_000, {"AUTOBYTE_GRACE_S": "5"})
+        ended = time.monotonic()
+    assert not result.ok and not result.timed_out and result.returncode == 75, result.failed
+    assert 5.0 <= ended - outage.began <= 30.0  # the grace period, not the outage's end
+    text = result.processes[result.failed].output
+    assert "no communication progress for" in text, text[-2000:]
+
+
+@needs("tensorflow")
+def test_tensorflow_rides_out_a_10_s_outage_with_equal_weights() -> None:
+    with Testbed(hosts=2, rate="1gbit") as tb:
+        result, outage, lines = tf_job(tb, 10.0, 3000, {"AUTOBYTE_GRACE_S": "30"})
+    assert result.ok, {n: p.output[-2000:] for n, p in result.processes.items()}
+    assert outage.ended - outage.began >= 10.0
+    sums = {line.split()[-2]: line.split()[-1] for line in lines.text.splitlines()
+            if "CHECKSUM" in line}
+    assert len(sums) == 2 and sums["0"] == sums["1"], sums
+
+
+@needs("tensorflow")
+def test_tensorflow_ends_an_outage_longer_than_the_grace_period_with_its_error() -> None:
+    with Testbed(hosts=2, rate="1gbit") as tb:
+        result, outage, _ = tf_job(tb, 60.0, 1_000_000, {"AUTOBYTE_GRACE_S": "8"})
+        ended = time.monotonic()
+    assert not result.ok and not result.timed_out, result.returncode
+    assert 8.0 <= ended - outage.began <= 45.0, ended - outage.began
