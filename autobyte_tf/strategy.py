@@ -155,10 +155,12 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         return self._controller.measured_plan
 
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
-        """Switch to ``config`` (or the current one with ``changes``) at the next agreement step.
+        """Switch to ``config`` (or the current one with ``changes``) one window after the
+        next agreement step (the agreement runs while that window trains).
 
         Every worker switches at the same step; rank 0's request decides (calling it on every
-        worker with the same value is fine). The next step of each function retraces once.
+        worker with the same value is fine). The next step of each function retraces once,
+        unless it ran this configuration before (its trace is kept).
         """
         if config is None:
             new = self.config.replace(**changes)
