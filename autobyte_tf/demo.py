@@ -133,7 +133,9 @@ class _Progress(keras.callbacks.Callback):  # type: ignore[misc]
             self._meter.end(batch + 1, self._window, self._describe())
         if self._sweep is not None:
             strategy, args = self._sweep
-            knobs = sweep_config(args.sweep, args.sweep_steps, batch + 1)
+            # a request is in force one window after the next agreement: ask a window early
+            knobs = sweep_config(args.sweep, args.sweep_steps,
+                                 batch + 1 + strategy.config.window_steps)
             if knobs == NATIVE:
                 strategy.reconfigure(scheduling=False)
             elif knobs is not None:
