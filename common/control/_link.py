@@ -98,7 +98,7 @@ class Link(threading.Thread):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
-        started = last_heard = time.monotonic()
+        started = self.last_heard = time.monotonic()
         next_hello = next_alive = started
         heard = False
         while not self.stop_event.is_set():
@@ -112,8 +112,7 @@ class Link(threading.Thread):
                     except zmq.Again:
                         break
                     if self._receive(frames):
-                        heard, last_heard = True, time.monotonic()
-                        self.last_heard = last_heard
+                        heard, self.last_heard = True, time.monotonic()
             now = time.monotonic()
             if (not heard or self._said_lost) and now >= next_hello:
                 self._send(sock, "hello", self._hello)
@@ -124,7 +123,7 @@ class Link(threading.Thread):
                 next_alive = now + self._heartbeat_s
             while self.outbox:
                 self._send(sock, *self.outbox.popleft())
-            self._watch(now - last_heard, heard)
+            self._watch(now - self.last_heard, heard)
         self._send(sock, "bye", {"rank": self._hello.get("rank")})
 
     def _drain_wake(self) -> None:

@@ -60,6 +60,17 @@ def our_netns() -> list[str]:
     return sorted(line.split()[0] for line in out.splitlines() if line.startswith(BASE))
 
 
+def sweep_crashed_sessions() -> list[str]:
+    """Testbeds of earlier test sessions (bases like ours) whose process is dead: a session
+    killed outright (SIGKILL, a machine restart) never reached its own clean-up. Returns the
+    names cleared."""
+    pattern = re.compile(r"^t[a-z]{4}[a-z0-9]+$")
+    dead = [str(r["name"]) for r in _registry.records()
+            if pattern.match(str(r["name"])) and not str(r["name"]).startswith(BASE)
+            and not _registry.owner_alive(r)]
+    return [name for name in dead if not _registry.destroy(name)]
+
+
 def our_records() -> list[str]:
     return sorted(p.name for p in _registry.RUN_DIR.glob(f"{BASE}*.json"))
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from tb_helpers import BASE, our_netns, our_records, root_only
+from tb_helpers import BASE, our_netns, our_records, root_only, sweep_crashed_sessions
 
 from common.errors import TestbedError
 from common.testbed import Testbed, sweep
 from common.testbed._measure import measure_flow
+from common.testbed._net import list_netns
 
 pytestmark = [*root_only, pytest.mark.usefixtures("no_leaks")]
 
@@ -121,6 +123,20 @@ def test_a_named_testbed_sweeps_crashed_unnamed_runs_too() -> None:
     with Testbed(hosts=1, prefix=BASE + "named") as tb:
         assert tb.name == BASE + "named"
         assert not any(ns.startswith(name) for ns in our_netns())
+
+
+def test_a_test_session_clears_the_testbeds_of_a_killed_one() -> None:
+    other = "tzzzz" if BASE != "tzzzz" else "tyyyy"  # another session's base
+    proc = subprocess.run([sys.executable, "-c", _crash_script("kill")], capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "AUTOBYTE_TESTBED_PREFIX": other})
+    name = proc.stdout.strip()
+    try:
+        assert name.startswith(other) and f"{name}-h0" in list_netns()
+        assert name in sweep_crashed_sessions()
+        assert not [ns for ns in list_netns() if ns.startswith(name)]
+    finally:
+        sweep(other)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM),
