@@ -27,7 +27,9 @@ import itertools
 import logging
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -242,8 +244,6 @@ def _batch_leaf(leaves: list[Any]) -> int | None:
 
 
 def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
-    import time
-
     def stamp(_: NDArray[Any]) -> np.int8:
         controller.stamp_start(time.perf_counter())
         return np.int8(0)
@@ -274,11 +274,15 @@ def _configure_heartbeat(grace_s: float, cluster_resolver: Any) -> None:
 
 
 def _exit_on_sigterm() -> None:
-    """SIGTERM ends the process once the running step returns to Python.
+    """SIGTERM ends the process once the running step returns to Python, or after
+    ``_STOP_WAIT_S`` if it does not.
 
     MultiWorkerMirroredStrategy's coordination service installs a C-level SIGTERM handler for
     its preemption notifier, so a worker told to stop (``autobyte launch`` on Ctrl-C, a
     cluster manager) kept training until SIGKILL. A handler the script installed is kept.
+    A Python handler runs only between bytecodes of the main thread: a worker whose peer took
+    the signal between steps waits in that step's collective for the dead peer, so a thread
+    woken by the signal's wakeup fd ends the process if the main thread has not.
     """
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
@@ -289,6 +293,27 @@ def _exit_on_sigterm() -> None:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, stop)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs_before = signal.set_wakeup_fd(ours.fileno(), warn_on_full_buffer=False)
+    if theirs_before != -1:  # an event loop's: leave signals to it
+        signal.set_wakeup_fd(theirs_before)
+        ours.close()
+        theirs.close()
+        return
+
+    def watch() -> None:
+        while theirs.recv(1) != bytes([signal.SIGTERM]):
+            pass
+        time.sleep(_STOP_WAIT_S)
+        os._exit(128 + signal.SIGTERM)
+
+    _keep_alive.append(ours)
+    threading.Thread(target=watch, name="autobyte-sigterm", daemon=True).start()
+
+
+_STOP_WAIT_S = 1.0  # for the running step to return; well inside a launcher's grace (5 s)
+_keep_alive: list[socket.socket] = []
 
 
 def _warn_if_collectives_enabled() -> None:

@@ -173,7 +173,9 @@ LONG_FIT = textwrap.dedent("""
 
 def test_workers_stop_promptly_on_sigterm(tmp_path: Path) -> None:
     """Ctrl-C or SIGTERM to the launcher: TF workers finish the step and exit, well inside
-    the launcher's 5 s grace (TF's preemption notifier used to swallow SIGTERM)."""
+    the launcher's 5 s grace (TF's preemption notifier used to swallow SIGTERM; a worker whose
+    peer exited first waited in the step's collective until the launcher's SIGKILL, about one
+    run in five)."""
     script = tmp_path / "long_fit.py"
     script.write_text(LONG_FIT)
     cli = subprocess.Popen(
