@@ -15,9 +15,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from mxnet.base import _LIB, NDArrayHandle, check_call
 
-__all__ = ["push_async", "push_callback", "push_sync"]
+__all__ = ["host_view", "push_async", "push_callback", "push_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +118,20 @@ def push_sync(fn: Callable[[], None], *, const: Sequence[Any] = (), mutable: Seq
         _SYNC, ctypes.c_void_p(key), None, ctypes.byref(_CPU),
         _handles(const), len(const), _handles(mutable), len(mutable),
         None, ctypes.c_int(priority), ctypes.c_char_p(name.encode())))
+
+
+def host_view(array: Any) -> Any:
+    """A numpy array over ``array``'s memory (CPU, dense, already written once).
+
+    Writing through it bypasses the engine: NDArray's own writes (``array[:] = ...``,
+    ``mx.nd.array``) first push an empty op and wait for it, and that op queues behind the
+    compute already queued on the CPU worker. The caller must know nothing reads or writes
+    ``array`` meanwhile (e.g. it has just waited for the array's last op).
+    """
+    pointer = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
+    if not pointer.value:
+        raise ValueError("host_view needs an allocated array (write it once first)")
+    ctype = np.ctypeslib.as_ctypes_type(np.dtype(array.dtype))
+    data = (ctype * array.size).from_address(pointer.value)
+    return np.ctypeslib.as_array(data).reshape(array.shape)

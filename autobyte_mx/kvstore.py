@@ -127,6 +127,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._forward: dict[str, int] = {}
         self._proposal: Config | None = None
         self._control: Any = None
+        self._control_view: Any = None  # the control array's memory (``_engine.host_view``)
         self._control_due = False
         self._batch: int | None = None
         self._pace = Pace()
@@ -532,8 +533,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         values = encode(rank=self._rank, config=self._config, step=self._step,
                         proposal=proposal, head_bytes=head)
         self._proposal = None
-        # A fresh array is filled synchronously: an engine write would queue behind compute.
-        self._control = mx.nd.array(values)
+        # Written around the engine: the last exchange was waited for (``_new_step``, the
+        # handshake), and an engine write would wait for this step's queued backward pass,
+        # holding back every gradient push of the step until then.
+        self._control_view[:] = values
         self._kv.pushpull(CONTROL_KEY, self._control, priority=COMM_PRIORITY)
         self._control_due = True
 
@@ -549,6 +552,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._kv.pushpull(CONTROL_KEY, self._control)
             summed = [float(x) for x in self._control.asnumpy()]
         decode(summed, num_workers=self._num_workers, rank=self._rank, config=self._config)
+        self._control_view = _engine.host_view(self._control)
 
     # -- internals: tensors and layouts ------------------------------------------------------
     def _tensor(self, key: Hashable) -> Tensor:

@@ -3,9 +3,9 @@ order, the kvstore on a fake native store, misuse errors."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import random
+import threading
 import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -221,13 +221,32 @@ class FakeNative:
 
 
 def _scale(array: Any, factor: int) -> None:
-    """Multiply a float32 array in place, on its memory (inside an engine op: no waiting)."""
-    from mxnet.base import _LIB, check_call
+    """Multiply an array in place, on its memory (inside an engine op: no waiting)."""
+    _engine.host_view(array)[:] *= factor
 
-    pointer = ctypes.c_void_p()
-    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
-    data = (ctypes.c_float * array.size).from_address(pointer.value)
-    np.frombuffer(data, dtype=np.float32)[:] *= factor
+
+def test_host_view_writes_while_the_cpu_worker_is_busy() -> None:
+    """The control key's per-step write must not wait for the compute queued before it (an
+    NDArray write would: it queues an op behind that compute and waits for it)."""
+    control = mx.nd.zeros((2, 3))
+    control.wait_to_read()  # the zeros are written: nothing else touches it from here
+    view = _engine.host_view(control)
+    assert view.shape == (2, 3) and view.dtype == np.float32
+    release, written = threading.Event(), threading.Event()
+    busy = mx.nd.zeros((1,))
+    _engine.push_sync(lambda: release.wait(30), mutable=[busy])  # holds MXNet's CPU worker
+
+    def write() -> None:
+        view[:] = np.arange(6).reshape(2, 3)
+        written.set()
+    threading.Thread(target=write, daemon=True).start()
+    try:
+        assert written.wait(10), "the write waited for the engine"
+    finally:
+        release.set()
+    assert control.asnumpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError, match="allocated"):
+        _engine.host_view(mx.nd.empty((0,)))
 
 
 def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
