@@ -1,6 +1,7 @@
-"""Link outages on the testbed (root): a worker's switch port goes down mid-run. Shorter than
-the grace period, the job rides it out in both frameworks and the workers' weights agree;
-longer, it ends with a clear error within about the grace period, and nothing is left."""
+"""Link faults on the testbed (root): a worker's switch port goes down mid-run, or its link
+drops to 1 mbit/s. An outage shorter than the grace period, and a slow link for longer than
+it, are ridden out in both frameworks with the workers' weights equal; a longer outage ends
+the job with a clear error within about the grace period, and nothing is left."""
 
 from __future__ import annotations
 
@@ -34,11 +35,11 @@ def needs(module: str) -> pytest.MarkDecorator:
 
 
 class Outage:
-    """Takes ``host``'s port down for ``seconds`` once ``ready()`` is true; ``began`` and
-    ``ended`` are when (time.monotonic)."""
+    """Takes ``host``'s port down (or, with ``slow``, its link to that rate) for ``seconds``
+    once ``ready()`` is true; ``began`` and ``ended`` are when (time.monotonic)."""
 
     def __init__(self, tb: Testbed, host: int, seconds: float,
-                 ready: Callable[[], bool]) -> None:
+                 ready: Callable[[], bool], slow: str | None = None) -> None:
         self.began = self.ended = 0.0
         self._done = threading.Event()
 
@@ -46,10 +47,17 @@ class Outage:
             while not ready():
                 if self._done.wait(0.02):
                     return
-            tb.set_link(host, up=False)
+            up, down = tb.rates(host)
+            if slow is None:
+                tb.set_link(host, up=False)
+            else:
+                tb.set_rate(slow, host=host)
             self.began = time.monotonic()
             self._done.wait(seconds)
-            tb.set_link(host, up=True)
+            if slow is None:
+                tb.set_link(host, up=True)
+            else:
+                tb.set_rate(up=up, down=down, host=host)
             self.ended = time.monotonic()
 
         self._thread = threading.Thread(target=run, daemon=True)
@@ -74,11 +82,11 @@ class Lines:
         pass
 
 
-def mx_job(tb: Testbed, out: Path, seconds: float, steps: int,
-           env: dict[str, str]) -> tuple[LaunchResult, Outage]:
+def mx_job(tb: Testbed, out: Path, seconds: float, steps: int, env: dict[str, str],
+           slow: str | None = None) -> tuple[LaunchResult, Outage]:
     command = [sys.executable, str(MX_WORKER), "--out", str(out), "--model", "mlp", "--steps",
                str(steps), "--mark", "30", "--brief"]
-    outage = Outage(tb, 2, seconds, (out / "mark_30").exists)  # host 2 holds a worker
+    outage = Outage(tb, 2, seconds, (out / "mark_30").exists, slow)  # host 2 holds a worker
     try:
         result = launch(framework="mxnet", command=command, workers=2, servers=1,
                         env={**JOB_ENV, **env}, testbed=tb, timeout=240, stream=None)
@@ -87,10 +95,10 @@ def mx_job(tb: Testbed, out: Path, seconds: float, steps: int,
     return result, outage
 
 
-def tf_job(tb: Testbed, seconds: float, steps: int,
-           env: dict[str, str]) -> tuple[LaunchResult, Outage, Lines]:
+def tf_job(tb: Testbed, seconds: float, steps: int, env: dict[str, str],
+           slow: str | None = None) -> tuple[LaunchResult, Outage, Lines]:
     lines = Lines()
-    outage = Outage(tb, 1, seconds, lambda: "AT_STEP" in lines.text)
+    outage = Outage(tb, 1, seconds, lambda: "AT_STEP" in lines.text, slow)
     try:
         result = launch(framework="tensorflow", command=[sys.executable, str(TF_WORKER), "30",
                                                          str(steps)],
@@ -112,12 +120,25 @@ def test_mxnet_rides_out_a_10_s_outage_with_equal_weights(tmp_path: Path) -> Non
 
 
 @needs("mxnet")
+def test_mxnet_rides_out_a_minute_at_1_mbit_with_equal_weights(tmp_path: Path) -> None:
+    """Slow is not dead: blocks keep finishing, so no grace period (30 s) runs out."""
+    with Testbed(hosts=3, rate="1gbit") as tb:
+        result, outage = mx_job(tb, tmp_path, 60.0, 400, {"AUTOBYTE_GRACE_S": "30"},
+                                slow="1mbit")
+    assert result.ok, {n: p.output[-2000:] for n, p in result.processes.items()}
+    assert outage.ended - outage.began >= 60.0  # the job outlasted the slow minute
+    with np.load(tmp_path / "params_rank0.npz") as a, np.load(tmp_path / "params_rank1.npz") as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+@needs("mxnet")
 def test_mxnet_ends_an_outage_longer_than_the_grace_period_with_a_clear_error(
         tmp_path: Path) -> None:
     with Testbed(hosts=3, rate="1gbit") as tb:
         result, outage = mx_job(tb, tmp_path, 40.0, 100_000, {"AUTOBYTE_GRACE_S": "5"})
         ended = time.monotonic()
     assert not result.ok and not result.timed_out and result.returncode == 75, result.failed
+    print(f"MXNet ended {ended - outage.began:.1f} s into the outage (grace 5 s)")
     assert 5.0 <= ended - outage.began <= 30.0  # the grace period, not the outage's end
     text = result.processes[result.failed].output
     assert "no communication progress for" in text, text[-2000:]
@@ -135,9 +156,23 @@ def test_tensorflow_rides_out_a_10_s_outage_with_equal_weights() -> None:
 
 
 @needs("tensorflow")
+def test_tensorflow_rides_out_a_minute_at_1_mbit_with_equal_weights() -> None:
+    """Slow is not dead: TensorFlow's heartbeats get through a 1 mbit/s link (grace 30 s)."""
+    with Testbed(hosts=2, rate="1gbit") as tb:
+        result, outage, lines = tf_job(tb, 60.0, 3000, {"AUTOBYTE_GRACE_S": "30"},
+                                       slow="1mbit")
+    assert result.ok, {n: p.output[-2000:] for n, p in result.processes.items()}
+    assert outage.ended - outage.began >= 60.0
+    sums = {line.split()[-2]: line.split()[-1] for line in lines.text.splitlines()
+            if "CHECKSUM" in line}
+    assert len(sums) == 2 and sums["0"] == sums["1"], sums
+
+
+@needs("tensorflow")
 def test_tensorflow_ends_an_outage_longer_than_the_grace_period_with_its_error() -> None:
     with Testbed(hosts=2, rate="1gbit") as tb:
         result, outage, _ = tf_job(tb, 60.0, 1_000_000, {"AUTOBYTE_GRACE_S": "8"})
         ended = time.monotonic()
     assert not result.ok and not result.timed_out, result.returncode
+    print(f"TensorFlow ended {ended - outage.began:.1f} s into the outage (grace 8 s)")
     assert 8.0 <= ended - outage.began <= 45.0, ended - outage.began
