@@ -278,18 +278,25 @@ class _FakeKV:
 def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) -> None:
     """``_push_control`` of step s encodes the decision due at s + 1 (it is applied when step
     s + 1 begins); other ranks ask too (draining their inbox) but send no proposal."""
+    import mxnet as mx
+
     import autobyte_mx
+    from autobyte_mx import _engine
+    from autobyte_mx._control import SLOTS
     from autobyte_mx._pace import Pace
 
     config = Config(tuner="none")
     fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
     store = object.__new__(autobyte_mx.AutoByte)
+    control = mx.nd.zeros((SLOTS,))
+    control.wait_to_read()  # as after the handshake
     agent = _Recorder()
     agent.decisions[8] = fast
     store.__dict__.update(
         _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
         _pace=Pace(), _backward_s=None, _kv=_FakeKV(),
-        _tuning=Tuning(agent, config), _control=None, _control_due=False)
+        _tuning=Tuning(agent, config), _control=control, _control_view=_engine.host_view(control),
+        _control_due=False)
     store._push_control()
     assert [s for k, s in agent.calls if k == "due"] == [8]
     (vector,) = store._kv.pushed
