@@ -82,8 +82,11 @@ def test_tuner_moves_after_the_rate_drops_and_speed_recovers(tuner: str,
     moves = [w for w in decided if w["target_step"] > job.switched_at
              and w["next_config"] != in_force]
     assert moves, f"no new configuration after the rate change (stayed on {in_force})"
-    first = after[0]["speed"]
-    best_later = max(w["speed"] for w in after[1:])
+    # the window the change falls in ran partly at the old rate (the watcher reads progress
+    # lines behind the workers, and the shaper's bucket starts full): compare from the next
+    settled = after[1:]
+    first = settled[0]["speed"]
+    best_later = max(w["speed"] for w in settled[1:])
     assert best_later >= 0.95 * first, (first, [w["speed"] for w in after])
 
 
