@@ -4,11 +4,18 @@ ps-lite waits forever for a server that died or froze, and under ``dist_sync`` f
 worker that never pushes. The training thread is then blocked inside C, where no Python
 exception can reach it, so the watchdog reports the stall and ends the process with
 ``EXIT_CODE`` once communication has made no progress for ``timeout_s`` while some was due.
+
+The scheduler and the servers run inside ``import mxnet`` and have no training thread to
+watch: ``PeerWatch`` ends them once a peer's listening address has had no TCP connection from
+this process for the grace period (ps-lite connects every node to every node of another role,
+and its reconnects go to that same address, so only a peer that is gone loses it; a link that
+is down keeps its connections).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import sys
@@ -16,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["EXIT_CODE", "Watchdog"]
+__all__ = ["EXIT_CODE", "PeerWatch", "Watchdog", "established_peers", "watch_peers"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,81 @@ class Watchdog:
             if message is not None:
                 self._on_timeout(message)
                 return
+
+
+Address = tuple[str, int]
+
+
+class PeerWatch:
+    """Fires once an address that this process was connected to has been gone ``grace_s``."""
+
+    def __init__(self, grace_s: float, *, role: str, scheduler: Address | None = None,
+                 peers: Callable[[], set[Address]] | None = None,
+                 on_lost: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.grace_s, self.role, self.scheduler = grace_s, role, scheduler
+        self._peers = peers or established_peers
+        self._on_lost = on_lost or _die
+        self._clock = clock
+        self._seen: dict[Address, float] = {}
+
+    def check(self) -> str | None:
+        """The message naming the lost peer once one has been gone the grace period."""
+        now = self._clock()
+        for address in self._peers():
+            self._seen[address] = now
+        lost = [(last, a) for a, last in self._seen.items() if now - last > self.grace_s]
+        if not lost:
+            return None
+        last, (host, port) = min(lost)
+        who = "the scheduler" if (host, port) == self.scheduler else "a worker or server"
+        return (f"AutoByte: this {self.role} has had no connection to {who} at {host}:{port} "
+                f"for {now - last:.0f} s: that process is gone. Stopping the {self.role} "
+                f"(grace {self.grace_s:g} s, set AUTOBYTE_GRACE_S to change it).")
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        period = min(1.0, max(0.05, self.grace_s / 10))
+        stop = stop or threading.Event()
+        while not stop.wait(period):
+            message = self.check()
+            if message is not None:
+                self._on_lost(message)
+                return
+
+
+def watch_peers(role: str, grace_s: float, scheduler: Address | None) -> None:
+    """Start a ``PeerWatch`` for this scheduler or server process on a daemon thread."""
+    watch = PeerWatch(grace_s, role=role, scheduler=scheduler)
+    threading.Thread(target=watch.run, name="autobyte-peers", daemon=True).start()
+
+
+def established_peers(proc: str = "/proc/self") -> set[Address]:
+    """The listening addresses this process has an established outgoing TCP connection to
+    (from the kernel's socket tables: ps-lite gives no view of its peers)."""
+    inodes = set()
+    for fd in os.listdir(f"{proc}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"{proc}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    rows = []
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"{proc}/net/{table}", encoding="ascii") as f:
+            rows += [line.split() for line in f.readlines()[1:]]
+    mine = [r for r in rows if len(r) > 9 and r[9] in inodes]
+    listening = {_address(r[1])[1] for r in mine if r[3] == "0A"}
+    return {_address(r[2]) for r in mine
+            if r[3] == "01" and _address(r[1])[1] not in listening}  # outgoing, established
+
+
+def _address(text: str) -> Address:
+    """``0100007F:1F90`` (or the IPv6 form) of /proc/net/tcp as ('127.0.0.1', 8080)."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word LE
+    if len(words) == 16 and words[:12] == b"\0" * 10 + b"\xff" * 2:
+        words = words[12:]  # IPv4-mapped
+    return str(ipaddress.ip_address(words)), int(port, 16)
 
 
 def _die(message: str) -> None:

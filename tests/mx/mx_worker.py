@@ -27,7 +27,9 @@ if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
     if os.environ.get("MXTEST_SERVER_PIDFILE") and os.environ.get("DMLC_ROLE") == "server":
         with open(os.environ["MXTEST_SERVER_PIDFILE"], "w") as f:
             f.write(str(os.getpid()))
-    import mxnet  # noqa: F401  (runs the node, then exits)
+    from autobyte_mx._compat import import_mxnet
+
+    import_mxnet()  # runs the node (with AutoByte's peer watch), then exits
     sys.exit(0)
 
 import mxnet as mx

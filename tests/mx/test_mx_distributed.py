@@ -10,11 +10,15 @@ same sums).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NativeRefs, assert_ok, run_job, skip_without_mxnet
+from conftest import JOB_ENV, WORKER, NativeRefs, assert_ok, job_dir, run_job, skip_without_mxnet
 
 skip_without_mxnet()
 
@@ -180,3 +184,56 @@ def test_a_frozen_worker_is_named_by_the_other_within_the_grace_period(tmp_path:
     text = job.output("worker0")
     assert "no communication progress for" in text, text[-2000:]
     assert "the coordinator has not heard worker1 for" in text, text[-2000:]
+
+
+def test_without_the_launcher_every_process_ends_after_a_worker_is_killed(
+        tmp_path: Path) -> None:
+    """Started the way a cluster manager starts them (DMLC_* set, no ``autobyte launch`` to
+    stop the rest): SIGKILL of worker1 ends worker0 (its watchdog), then the server and the
+    scheduler (their peer watch: worker0's and worker1's addresses are gone), each with exit
+    75 and a message naming what is gone, within about two grace periods."""
+    from common.launch._plan import plan
+    from common.launch._ports import reserve_ports
+
+    grace = 4.0
+    reservation = reserve_ports(4)
+    specs = plan(framework="mxnet", workers=2, servers=1, addresses=["127.0.0.1"],
+                 ports=reservation.ports)
+    reservation.release()
+    out = job_dir(tmp_path)
+    command = [sys.executable, str(WORKER), "--out", str(out), *MLP, "--steps", "100000",
+               "--mark", "20"]
+    env = {**os.environ, **JOB_ENV, "AUTOBYTE_GRACE_S": str(grace)}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for spec in specs:
+            procs[spec.name] = subprocess.Popen(command, env={**env, **spec.env}, text=True,
+                                                stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while not (out / "mark_20").exists():
+            assert time.monotonic() < deadline, "the job never reached step 20"
+            assert all(p.poll() is None for p in procs.values()), \
+                {n: p.poll() for n, p in procs.items()}
+            time.sleep(0.1)
+        killed = time.monotonic()
+        procs["worker1"].kill()
+        ended = {}
+        for name in ("worker0", "server0", "scheduler"):
+            procs[name].wait(timeout=3 * grace + 30)
+            ended[name] = time.monotonic() - killed
+        outputs = {n: p.communicate()[0] for n, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for name, seconds in ended.items():
+        last = [line for line in outputs[name].splitlines() if "AutoByte" in line][-1:]
+        print(f"{name} exited {seconds:.1f} s after the kill: {last}")
+    for name in ("worker0", "server0", "scheduler"):
+        assert procs[name].returncode == 75, (name, procs[name].returncode, outputs[name][-2000:])
+    assert "no communication progress" in outputs["worker0"], outputs["worker0"][-2000:]
+    for name in ("server0", "scheduler"):
+        assert "that process is gone" in outputs[name], outputs[name][-2000:]
+    assert max(ended.values()) < 2 * grace + 15, ended

@@ -435,3 +435,50 @@ def test_overlap_warnings(mx_env, monkeypatch: pytest.MonkeyPatch) -> None:  # t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         net.hybridize(static_alloc=True, static_shape=True)
+
+
+# --- the scheduler's and servers' peer watch --------------------------------------------
+
+
+def test_peer_watch_fires_only_after_a_peer_is_gone_the_grace_period() -> None:
+    from autobyte_mx._watchdog import PeerWatch
+
+    now = [0.0]
+    peers = [{("10.0.0.1", 9000), ("10.0.0.2", 9001)}]
+    watch = PeerWatch(5.0, role="server", scheduler=("10.0.0.1", 9000),
+                      peers=lambda: peers[0], clock=lambda: now[0])
+    assert watch.check() is None
+    peers[0] = {("10.0.0.1", 9000)}  # the worker at .2 is gone
+    now[0] = 4.0
+    assert watch.check() is None
+    peers[0] = {("10.0.0.1", 9000), ("10.0.0.2", 9001)}  # ... and back (ps-lite reconnects)
+    now[0] = 8.0
+    assert watch.check() is None
+    peers[0] = {("10.0.0.1", 9000)}
+    now[0] = 13.5
+    message = watch.check()
+    assert message is not None
+    assert "a worker or server at 10.0.0.2:9001 for 6 s" in message, message
+    peers[0] = {("10.0.0.2", 9001)}
+    now[0] = 20.0
+    message = watch.check()
+    assert message is not None and "the scheduler at 10.0.0.1:9000" in message, message
+
+
+def test_established_peers_reads_this_processs_outgoing_connections() -> None:
+    """Against the kernel's tables: a connection this process opened counts (by the address
+    it went to), the accepted end of it does not (it is this process's own listening port)."""
+    import socket
+
+    from autobyte_mx._watchdog import established_peers
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        assert ("127.0.0.1", port) not in established_peers()
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                peers = established_peers()
+                assert ("127.0.0.1", port) in peers
+                assert ("127.0.0.1", client.getsockname()[1]) not in peers
+        assert ("127.0.0.1", port) not in established_peers()
