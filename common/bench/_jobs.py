@@ -262,7 +262,8 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
             log_dir = out / spec.name
             watch = _Watch(spec, first_step if i == 0 else current_rate, echo)
             result = launch(framework=spec.framework, command=spec.command(), workers=WORKERS,
-                            env=spec.env(log_dir), testbed=tb, timeout=timeout, stream=watch)
+                            env=spec.env(log_dir), testbed=tb, timeout=timeout, stream=watch,
+                            linger=1.0 if spec.local else 30.0)  # no worker joins ps-lite
             if i == 0:
                 for event in started:  # a job waiting for a step that never came starts now
                     event.set()
