@@ -34,9 +34,10 @@ def test_a_frozen_worker_ends_the_job_after_the_grace_period() -> None:
                     workers=2, env={"AUTOBYTE_GRACE_S": "8", "AUTOBYTE_TUNER": "none"},
                     timeout=150, stream=Watch())
     ended = time.monotonic()
-    assert not result.ok and not result.timed_out, result.returncode
-    assert result.failed == "worker0", result.failed
-    assert "frozen" in marks
+    tails = {name: p.output[-3000:] for name, p in result.processes.items()}
+    assert not result.ok and not result.timed_out, (result.returncode, tails)
+    assert result.failed == "worker0", (result.failed, tails)
+    assert "frozen" in marks, f"worker0 failed before step 20: {tails}"
     waited = ended - marks["frozen"]
     assert 8 <= waited <= 60, waited  # the grace period, not TF's default 10 s nor a hang
     text = result.processes["worker0"].output
