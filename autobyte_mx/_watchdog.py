@@ -86,12 +86,7 @@ class Watchdog:
         return None
 
     def _run(self) -> None:
-        period = min(1.0, max(0.05, self.timeout_s / 10))
-        while not self._stop.wait(period):
-            message = self.check()
-            if message is not None:
-                self._on_timeout(message)
-                return
+        _poll(self.check, self._on_timeout, self.timeout_s, self._stop)
 
 
 Address = tuple[str, int]
@@ -125,13 +120,7 @@ class PeerWatch:
                 f"(grace {self.grace_s:g} s, set AUTOBYTE_GRACE_S to change it).")
 
     def run(self, stop: threading.Event | None = None) -> None:
-        period = min(1.0, max(0.05, self.grace_s / 10))
-        stop = stop or threading.Event()
-        while not stop.wait(period):
-            message = self.check()
-            if message is not None:
-                self._on_lost(message)
-                return
+        _poll(self.check, self._on_lost, self.grace_s, stop or threading.Event())
 
 
 def watch_peers(role: str, grace_s: float, scheduler: Address | None) -> None:
@@ -167,6 +156,18 @@ def _address(text: str) -> Address:
     if len(words) == 16 and words[:12] == b"\0" * 10 + b"\xff" * 2:
         words = words[12:]  # IPv4-mapped
     return str(ipaddress.ip_address(words)), int(port, 16)
+
+
+def _poll(check: Callable[[], str | None], fire: Callable[[str], None], timeout_s: float,
+          stop: threading.Event) -> None:
+    """``check`` about ten times per ``timeout_s`` (at most once a second) until it returns a
+    message, which goes to ``fire``, or ``stop`` is set."""
+    period = min(1.0, max(0.05, timeout_s / 10))
+    while not stop.wait(period):
+        message = check()
+        if message is not None:
+            fire(message)
+            return
 
 
 def _die(message: str) -> None:

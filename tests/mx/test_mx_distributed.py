@@ -189,9 +189,9 @@ def test_a_frozen_worker_is_named_by_the_other_within_the_grace_period(tmp_path:
 def test_without_the_launcher_every_process_ends_after_a_worker_is_killed(
         tmp_path: Path) -> None:
     """Started the way a cluster manager starts them (DMLC_* set, no ``autobyte launch`` to
-    stop the rest): SIGKILL of worker1 ends worker0 (its watchdog), then the server and the
-    scheduler (their peer watch: worker0's and worker1's addresses are gone), each with exit
-    75 and a message naming what is gone, within about two grace periods."""
+    stop the rest): SIGKILL of worker1 ends worker0 (its watchdog) and the server and the
+    scheduler (their peer watch: worker1's address is gone, and then worker0's), each with
+    exit 75 and a message naming what is gone, within about two grace periods."""
     from common.launch._plan import plan
     from common.launch._ports import reserve_ports
 
