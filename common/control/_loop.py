@@ -33,7 +33,9 @@ measures the model's pick for one window when the model ranks it above its own p
 native by more than the gain threshold and half that gain (at most ``PROBE_GAIN_CAP``) over the
 time trained so far pays for the switch (once per conditions): a model far off on an unseen job
 still ranks, but its speeds are too low for the trigger to ever leave native; the pick stays
-only if it measures faster than native beyond ``noise_band``. A configuration the guard left
+only if it measures faster than native beyond ``noise_band``. When the model ranks native
+first, its best scheduled pick is tried the same way once a miss fits the exploration budget
+(``_trial``). A configuration the guard left
 stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
 overrating it would otherwise lead the job back after every adaptation), and after
 ``MAX_MISSES`` such configurations only measured ones are switched to until conditions change (a
@@ -266,17 +268,19 @@ class TuningLoop:
         if obs.config.scheduling and native and obs.speed > 0:
             self.lost_s += obs.steps * obs.step_time_s * (1.0 - obs.speed / native)
 
-    def _unaffordable(self) -> str:
+    def _unaffordable(self, windows: int | None = None) -> str:
         """Why following the model to an unmeasured configuration does not fit the exploration
         budget ('' if it does), once native is measured: what the job lost against it, plus
-        what a miss would cost (the switch, and the windows until the guard leaves it), must
+        what a miss would cost (the switch, and the windows until the guard leaves it: one
+        for a probe or trial from native, ``guard_windows`` otherwise, by default), must
         stay within ``explore_share`` of the time trained. A model far off on a fast job then
         costs a bounded share of it whenever the job stops; measured gains earn room for more
         tries. Search tuners (no ``predict``) explore by design: the budget is the model's."""
         if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)) \
                 or self.measured(self.native) is None:  # nothing to lose against yet
             return ""
-        miss = self.switch_cost_s + self.guard_windows * self._window_s * MISS_SLOWDOWN
+        windows = self.guard_windows if windows is None else windows
+        miss = self.switch_cost_s + windows * self._window_s * MISS_SLOWDOWN
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
             return ""
@@ -336,6 +340,14 @@ class TuningLoop:
                                f"prediction of native ({native:.1f} samples/s measured): "
                                "measure it for one window", verdict.gain, verdict.error,
                                verdict.adapt)
+            trial = self._trial(candidates) if native is not None and probe is None else None
+            if trial is not None:
+                self._explored_from = self.current
+                return Verdict("explore", trial.config, f"guard: the model ranks native "
+                               f"first; measure its best scheduled pick, "
+                               f"{trial.config.describe()}, for one window (within the "
+                               f"{self.explore_share:.0%} exploration budget)", verdict.gain,
+                               verdict.error, verdict.adapt)
         elif left is not None and not left.scheduling:
             self._explored_from = None  # a probe from native: measured once, kept if faster
             here = self.measured(self.current)
@@ -389,16 +401,30 @@ class TuningLoop:
         threshold = getattr(self.trigger, "gain_threshold", 0.05)
         ranked = [c for c in candidates if c.predicted is not None
                   and c.config.scheduling and self.measured(c.config) is None
-                  and not self._barred(c.config, None)]
+                  and not self._barred(c.config, None, windows=1)]
         best = max(ranked, key=lambda c: c.predicted or 0.0, default=None)
         if best is None or (best.predicted or 0.0) <= predicted_current * (1.0 + threshold):
             return None
         return best
 
-    def _barred(self, config: Config, native: float | None) -> str:
+    def _trial(self, candidates: Sequence[Candidate]) -> Candidate | None:
+        """On native, when no probe is due: the model's best scheduled pick not measured yet,
+        once a miss fits the exploration budget. A model far off on an unseen job may rank
+        native first where scheduling gains (MXNet's mlp at 1gbit: 1.27x at 256KiB:1MiB); the
+        budget bounds what wrong picks cost, each is tried once per conditions, and after
+        ``MAX_MISSES`` of them native stays. No budget (``explore_share`` None): no trials."""
+        if self.explore_share is None:
+            return None
+        ranked = [c for c in candidates if c.predicted is not None and c.config.scheduling
+                  and self.measured(c.config) is None and knobs(c.config) not in self._vetoed
+                  and not self._barred(c.config, None, windows=1)]
+        return max(ranked, key=lambda c: c.predicted or 0.0, default=None)
+
+    def _barred(self, config: Config, native: float | None, *,
+                windows: int | None = None) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""
         measured = self.measured(config)
-        if measured is None and (short := self._unaffordable()):
+        if measured is None and (short := self._unaffordable(windows)):
             return short
         if self._misses >= MAX_MISSES and measured is None:
             return (f"the model's picks measured slower than native {self._misses} times under "

@@ -96,6 +96,11 @@ class MetaTuner(Tuner):
         self._collect_adaptation()
         return self.predictor.predict(self.job, self._encoded[:, 0], self._encoded[:, 1])
 
+    def candidates(self) -> list[Config]:
+        """Every point the network scores (none before a window carries statistics), so the
+        coordinator sees its best scheduled picks also when it ranks native first."""
+        return list(self._points) if self.job is not None else []
+
     def propose(self) -> Config:
         if self.job is None:
             if not self._warned:

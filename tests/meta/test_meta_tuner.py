@@ -48,6 +48,18 @@ def test_proposes_the_argmax_in_one_batched_call() -> None:
     assert predicted[1] < predicted[0]
 
 
+def test_offers_every_point_it_scores_once_a_window_carries_statistics() -> None:
+    """The coordinator ranks the tuner's points itself, so it sees the best scheduled picks
+    also when the network ranks native first (then the proposal is native, the one in force)."""
+    native_first = FixedPredictor(lambda p, c: 500.0 if p > (64 << 20) else speed(p, c))
+    tuner = MetaTuner(predictor=native_first)
+    assert tuner.candidates() == []
+    tuner.observe_window(observation())
+    assert not tuner.propose().scheduling
+    pool = tuner.candidates()
+    assert len(pool) == len(tuner.space) + 1 and sum(not c.scheduling for c in pool) == 1
+
+
 def test_the_job_scored_is_the_recent_windows_best_link() -> None:
     tuner = MetaTuner(predictor=FixedPredictor(speed))
     tuner.observe_window(observation())
