@@ -138,6 +138,7 @@ class TuningLoop:
         self.explore_share = explore_share
         self.lost_s = 0.0  # time this job lost against native: switches, slower windows
         self._window_s = 0.0  # the last window's steady-state time
+        self._step_s = 0.0  # and its steps'
         self._first_cost: float | None = None  # the first window's warm-up (a first trace)
         self._first_window: int | None = None
         self._configs: dict[_Knobs, Config] = {}
@@ -166,7 +167,7 @@ class TuningLoop:
             return None
         self._recent.append(obs)
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
-        self._window_s = obs.steps * obs.step_time_s
+        self._window_s, self._step_s = obs.steps * obs.step_time_s, obs.step_time_s
         self._account(obs)
         if self._first_cost is None:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
@@ -271,8 +272,9 @@ class TuningLoop:
     def _unaffordable(self, windows: int | None = None) -> str:
         """Why following the model to an unmeasured configuration does not fit the exploration
         budget ('' if it does), once native is measured: what the job lost against it, plus
-        what a miss would cost (the switch, and the windows until the guard leaves it: one
-        for a probe or trial from native, ``guard_windows`` otherwise, by default), must
+        what a miss would cost (the switch, and half the time on the configuration: the
+        windows until the guard leaves it, one for a probe or trial from native and
+        ``guard_windows`` otherwise, then the decision's lead and a window of rounding), must
         stay within ``explore_share`` of the time trained. A model far off on a fast job then
         costs a bounded share of it whenever the job stops; measured gains earn room for more
         tries. Search tuners (no ``predict``) explore by design: the budget is the model's."""
@@ -280,7 +282,9 @@ class TuningLoop:
                 or self.measured(self.native) is None:  # nothing to lose against yet
             return ""
         windows = self.guard_windows if windows is None else windows
-        miss = self.switch_cost_s + windows * self._window_s * MISS_SLOWDOWN
+        lead_s = max(self.lead_steps * self._step_s, self.lead_s)
+        on_s = (windows + 1) * self._window_s + lead_s
+        miss = self.switch_cost_s + on_s * MISS_SLOWDOWN
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
             return ""
