@@ -54,6 +54,8 @@ class MetaTuner(Tuner):
         self._tracker = JobTracker()
         self._points = self.space.configs(self.base)  # what ``scores`` answers for, in order
         self._encoded = np.array([self.space.encode(c) for c in self._points], dtype=np.int64)
+        self._position = {tuple(e): i for i, e in enumerate(self._encoded.tolist())}
+        self._scored: npt.NDArray[np.float64] | None = None  # scores() for this job and model
         self._proposal: Config | None = None
         self._adaptation: Any = None
         self._lock = threading.Lock()
@@ -87,14 +89,18 @@ class MetaTuner(Tuner):
             log.debug("meta tuner: window %s not usable (%s); keeping the last one",
                         getattr(observation, "window", "?"), exc)
             return
-        self._proposal = None
+        self._proposal = self._scored = None
 
     def scores(self) -> npt.NDArray[np.float64]:
-        """Predicted samples/s of every point of the space, in ``space.configs()`` order."""
+        """Predicted samples/s of every point of the space, in ``space.configs()`` order;
+        one inference per window (and adapted model), which ``predict`` answers from."""
         if self.job is None:
             raise ConfigError("the meta tuner has seen no window yet")
         self._collect_adaptation()
-        return self.predictor.predict(self.job, self._encoded[:, 0], self._encoded[:, 1])
+        if self._scored is None:
+            self._scored = self.predictor.predict(self.job, self._encoded[:, 0],
+                                                  self._encoded[:, 1])
+        return self._scored
 
     def candidates(self) -> list[Config]:
         """Every point the network scores (none before a window carries statistics), so the
@@ -115,8 +121,12 @@ class MetaTuner(Tuner):
     def predict(self, configs: Sequence[Config]) -> list[float] | None:
         if self.job is None or not configs:
             return None
-        self._collect_adaptation()
         encoded = np.array([self.space.encode(c) for c in configs], dtype=np.int64)
+        positions = [self._position.get(tuple(e)) for e in encoded.tolist()]
+        if None not in positions:
+            scores = self.scores()
+            return [float(scores[i]) for i in positions if i is not None]
+        self._collect_adaptation()
         return [float(v) for v in self.predictor.predict(self.job, encoded[:, 0],
                                                          encoded[:, 1])]
 
@@ -159,7 +169,7 @@ class MetaTuner(Tuner):
             except Exception as exc:
                 log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
                 return
-            self._proposal = None
+            self._proposal = self._scored = None
             self.adaptations += 1
             log.debug("meta tuner: adapted model in use")
 

@@ -58,6 +58,15 @@ def test_offers_every_point_it_scores_once_a_window_carries_statistics() -> None
     assert not tuner.propose().scheduling
     pool = tuner.candidates()
     assert len(pool) == len(tuner.space) + 1 and sum(not c.scheduling for c in pool) == 1
+    # ranking them, and predicting the configuration in force, costs no second inference
+    calls = len(native_first.calls)
+    predicted = tuner.predict(pool)
+    assert predicted is not None and max(predicted) == 500.0
+    assert tuner.predict(pool[:1]) == [500.0] and len(native_first.calls) == calls
+    tuner.observe_window(observation())  # a new window: scored anew, once
+    tuner.predict(pool)
+    tuner.predict(pool[1:3])
+    assert len(native_first.calls) == calls + 1
 
 
 def test_the_job_scored_is_the_recent_windows_best_link() -> None:
