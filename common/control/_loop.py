@@ -403,10 +403,7 @@ class TuningLoop:
         if self._probed or not predicted_current or predicted_current <= 0:
             return None
         threshold = getattr(self.trigger, "gain_threshold", 0.05)
-        ranked = [c for c in candidates if c.predicted is not None
-                  and c.config.scheduling and self.measured(c.config) is None
-                  and not self._barred(c.config, None, windows=1)]
-        best = max(ranked, key=lambda c: c.predicted or 0.0, default=None)
+        best = self._best_untried(candidates)
         if best is None or (best.predicted or 0.0) <= predicted_current * (1.0 + threshold):
             return None
         return best
@@ -417,8 +414,11 @@ class TuningLoop:
         native first where scheduling gains (MXNet's mlp at 1gbit: 1.27x at 256KiB:1MiB); the
         budget bounds what wrong picks cost, each is tried once per conditions, and after
         ``MAX_MISSES`` of them native stays. No budget (``explore_share`` None): no trials."""
-        if self.explore_share is None:
-            return None
+        return None if self.explore_share is None else self._best_untried(candidates)
+
+    def _best_untried(self, candidates: Sequence[Candidate]) -> Candidate | None:
+        """The model's best scheduled candidate this job has neither measured nor left under
+        the conditions in force, if a try from native (left after one window) may go there."""
         ranked = [c for c in candidates if c.predicted is not None and c.config.scheduling
                   and self.measured(c.config) is None and knobs(c.config) not in self._vetoed
                   and not self._barred(c.config, None, windows=1)]

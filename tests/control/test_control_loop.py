@@ -457,8 +457,8 @@ def test_following_the_model_costs_at_most_the_exploration_share_of_the_time_tra
     """The model rates every small-block pick 80% above native and each measures 40% below
     (TensorFlow cnn at 1gbit): the first try waits until 2% of the time trained covers a
     miss (a probe's window, the lead back and a window of rounding, 3 s at half speed), and
-    the time lost to native stays within 2% of the
-    time trained at every window from then on; a search tuner is not held back."""
+    the time lost to native stays within 2% of the time trained at every window from then
+    on; a search tuner is not held back."""
     native = A.replace(scheduling=False)
     picks = [A.replace(partition_bytes=p << 10, credit_bytes=4 * p << 10)
              for p in (64, 128, 256, 512)]
