@@ -14,7 +14,7 @@ workers' keys agree without any exchange. Key 0 is the control key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,9 @@ class Tensor:
     """A user key: its shape, dtype and forward-order layer.
 
     ``home`` is the ``Group`` whose slots hold the sum it last received. A ``pull`` reads it
-    there, so a pull before the next push sees the sum whatever layouts came in between.
+    there, so a pull before the next push sees the sum whatever layouts came in between; with
+    the optimizer on the server a whole tensor's result goes straight to the caller's array,
+    ``latest``, and ``home`` is None. ``weight`` is the caller's weight array then.
     """
 
     key: Hashable
@@ -47,6 +49,8 @@ class Tensor:
     home: Group | None = None
     whole: Group | None = None  # its own native key (the layout of scheduling off), once made
     checked: Any = None  # the last gradient array checked against its shape and storage
+    latest: Any = None
+    weight: Any = None
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
     @property
@@ -106,6 +110,7 @@ class Group:
                  zeros: Callable[[int, Any], Any]) -> None:
         self.gid = gid
         self.layout_id = layout_id(config)
+        self.epoch = 0  # the layout epoch whose weights its server keys hold (optimizer there)
         self.tensors = tuple(tensors)
         self.layout: Layout = make_layout([t.spec() for t in self.tensors], config, arch="ps")
         self.index = {t.key: i for i, t in enumerate(self.tensors)}
@@ -141,6 +146,21 @@ class Group:
     def names(self) -> list[str]:
         return [b.name for b in self.buffers]
 
+    def pieces(self) -> dict[int, tuple[int, tuple[tuple[Hashable, int, int, int], ...]]]:
+        """Native key -> (this group's id, its (tensor key, tensor size, start, stop) in
+        order): what the optimizer on the server needs to update a block tensor by tensor."""
+        return {b.key: (self.gid, tuple((self.tensors[s.tensor].key, self.tensors[s.tensor].size,
+                                         s.start, s.stop) for s in b.block.segments))
+                for b in self.buffers}
+
+    def fill(self, value_of: Callable[[Tensor], Any]) -> None:
+        """Queue copies of each member's ``value_of(tensor)`` into its slots (members
+        without one keep what their slots hold)."""
+        for member, tensor in enumerate(self.tensors):
+            value = value_of(tensor)
+            if value is not None:
+                self.copy_in(member, value)
+
     def _views(self, member: int, array: Any, role: int) -> list[Any]:
         """Flat views of ``array`` for the member's slots, cached per array object (one for
         inputs, ``role`` 0, one for outputs, 1: slicing costs more than the copy's push)."""
@@ -163,6 +183,11 @@ class Group:
         """``target`` as one flat view (cached) for a member kept whole in one block: what
         the native store's own copy back needs (its shapes must match)."""
         (view,) = self._views(member, target, 1)
+        return view
+
+    def flat_in(self, member: int, value: Any) -> Any:
+        """``value`` as one flat view (cached), for a member kept whole, pushed as it is."""
+        (view,) = self._views(member, value, 0)
         return view
 
     def copy_out(self, member: int, target: Any, concat: Callable[..., Any]) -> None:
@@ -194,6 +219,9 @@ class Groups:
 
     def __len__(self) -> int:
         return len(self._groups)
+
+    def __iter__(self) -> Iterator[Group]:
+        return iter(self._groups.values())
 
     def get(self, config: Config, tensors: Sequence[Tensor], *, init: bool = True) -> Group:
         """The group of ``tensors`` (forward order) under ``config``'s layout; a new one's

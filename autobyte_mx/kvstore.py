@@ -15,8 +15,11 @@ key, as native ``dist_sync`` sends it, through its own buffer (``_issue_whole`` 
 A fused key's outputs are written once its block closes: when every member has been pushed
 (the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
 
-The optimizer runs on the workers (``is_capable('optimizer')`` is False): servers only sum, so
-keys carry no optimizer state and the partition size can change between steps.
+The optimizer runs where the Trainer puts it. With ``update_on_kvstore`` (Gluon's default for
+distributed stores; one server) it runs on the server as with native ``dist_sync``, applied
+to each block tensor by tensor (``_server``), and with scheduling off each tensor then goes
+exactly as native sends it, from the caller's gradient into the caller's weight, with no copy.
+Otherwise the servers only sum and the workers update.
 
 Live tuning (on by default; ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off): each step's
 statistics go to a ``common.control.TuningAgent`` once the step has finished (``_tuning``), and
@@ -30,8 +33,11 @@ import atexit
 import functools
 import logging
 import math
+import os
+import pickle
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -39,6 +45,7 @@ from typing import Any
 import mxnet as mx
 import numpy
 from mxnet.kvstore import KVStoreBase
+from mxnet.kvstore.kvstore import _get_kvstore_server_command_type
 
 from autobyte_mx import _engine
 from autobyte_mx._blocks import block_rows, push_blocks
@@ -47,6 +54,7 @@ from autobyte_mx._control import SLOTS, decode, encode
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._pace import Pace
 from autobyte_mx._sequencer import Round, Sequencer
+from autobyte_mx._server import ServerOptimizer, check_element_wise
 from autobyte_mx._stats import StepRecorder, StepStats
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
@@ -135,6 +143,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._unfinished: dict[int, int] = {}  # step -> blocks issued and not yet finished
         self._progress = threading.Condition(threading.Lock())
         self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
+        self._servers = int(os.environ.get("DMLC_NUM_SERVER") or 1)
+        self._optimizer: Any = None  # the user's optimizer, when it runs on the server
+        self._token = ""  # names this job's optimizer in the server's messages
+        self._epoch = 0  # rises with every switch of layout (the optimizer on the server)
         atexit.register(_close_at_exit, weakref.ref(self))
         log.info("AutoByte kvstore: rank %d of %d, %s", self._rank, self._num_workers,
                  self._config.describe())
@@ -153,24 +165,51 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         return self._num_workers
 
     def is_capable(self, capability: str) -> bool:
-        return bool(capability.lower() != KVStoreBase.OPTIMIZER)
+        if capability.lower() == KVStoreBase.OPTIMIZER:
+            return self._servers == 1
+        return True
 
     def set_optimizer(self, optimizer: Any) -> None:
-        raise UnsupportedError("AutoByte runs the optimizer on the workers (servers only sum, "
-                               "so the partition can change live): create the Trainer with "
-                               "update_on_kvstore=False or leave it unset")
+        """Run ``optimizer`` on the server for every later push (``update_on_kvstore``).
+
+        Every worker calls it (the Trainer does); rank 0 sends it. One server only: with
+        several, a block of one layout may live on another server than the same elements in
+        the next, and their optimizer state would stay behind.
+        """
+        if self._servers != 1:
+            raise UnsupportedError(
+                f"AutoByte runs the optimizer on the server only with one server (this job has "
+                f"{self._servers}): the optimizer state must stay with its elements when the "
+                "layout changes; create the Trainer with update_on_kvstore=False")
+        if not isinstance(optimizer, mx.optimizer.Optimizer):
+            raise ConfigError("set_optimizer needs an mxnet.optimizer.Optimizer, got "
+                              f"optimizer={optimizer!r}")
+        why = check_element_wise(optimizer)
+        if why is not None:
+            raise UnsupportedError(f"AutoByte cannot run this optimizer on the server: {why}; "
+                                   "create the Trainer with update_on_kvstore=False (the "
+                                   "optimizer then runs on the workers)")
+        self._optimizer = optimizer
+        self._token = uuid.uuid4().hex
+        self._send(blocks={k: v for g in self._groups for k, v in g.pieces().items()})
+        self._barrier()  # no worker pushes before the server has it
 
     def set_gradient_compression(self, compression_params: Any) -> None:
         raise UnsupportedError("gradient compression is not supported by AutoByte; got "
                                f"compression_params={compression_params!r}")
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
-        raise UnsupportedError("the optimizer state lives in the Trainer on each worker: use "
-                               "trainer.save_states(fname)")
+        raise UnsupportedError(self._states_where())
 
     def load_optimizer_states(self, fname: str) -> None:
-        raise UnsupportedError("the optimizer state lives in the Trainer on each worker: use "
-                               "trainer.load_states(fname)")
+        raise UnsupportedError(self._states_where())
+
+    def _states_where(self) -> str:
+        if self._optimizer is not None:
+            return ("the optimizer runs on the server and its state stays there, as with "
+                    "dist_sync: create the Trainer with update_on_kvstore=False to save and "
+                    "load it")
+        return "the optimizer state lives in the Trainer on each worker: use trainer.save_states"
 
     def _barrier(self) -> None:
         with self._watchdog.blocking("a barrier"):
@@ -268,11 +307,13 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor = self._tensors[k] = self._new_tensor(k, v)
             group = self._groups.whole(tensor, init=False)
             group.copy_in(0, v)
-            tensor.home = group
+            tensor.home = tensor.whole = group
             groups.append(group)
         self._assign_layers()
         self._layers_changed = True
         self._native_init(groups)
+        for k, v in zip(keys, values, strict=True):
+            self._tensors[k].weight = v
 
     def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
         keys, values = _pairs(key, value)
@@ -305,9 +346,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor = self._tensor(k)
             self._flush(tensor)
             home = tensor.home
-            assert home is not None  # init gives every tensor its whole group
             for target in targets:
-                home.copy_out(home.index[tensor.key], target, mx.nd.concat)
+                if home is not None:
+                    home.copy_out(home.index[tensor.key], target, mx.nd.concat)
+                elif target is not tensor.latest:
+                    tensor.latest.copyto(target)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -332,6 +375,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._issue_whole(tensor, value, targets, priority)
             return
         group = self._groups.of(tensor, self._main, self._config)
+        if self._optimizer is not None:
+            self._note_weight(tensor, targets, group)
         member = group.index[key]
         rnd = self._rounds.get(group.gid)
         if rnd is None or not rnd.open or member in rnd.issued:
@@ -379,26 +424,36 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         native store's own (``out``), which costs no Python op.
         Only sampled steps time each tensor; the others are counted and timed as a whole at
         ``_flush``, once their last expected tensor is issued."""
-        group = tensor.whole or self._groups.whole(tensor)
-        tensor.whole = tensor.home = group
+        group = tensor.whole = tensor.whole or self._groups.whole(tensor)
         buffer = group.buffers[0]
+        direct = self._optimizer is not None and bool(targets)
+        if self._optimizer is not None:
+            self._note_weight(tensor, targets, group)
         step = self._step
         sampled = self._tuning.sampled(step)
         if sampled:
             self._count(step, 1)
             self._watchdog.started()
             # the stamp goes before the copy into the buffer, so before the transfer's end
-            ready = self._stamp(tensor, value, priority, before=[buffer.array])
+            ready = self._stamp(tensor, value, priority, before=[] if direct else [buffer.array])
             t0 = self._recorder_clock()
-        group.copy_in(0, value)
-        out = group.flat(0, targets[0]) if targets else buffer.array  # _outs: one at most
-        self._kv.pushpull(buffer.key, buffer.array, out=out, priority=priority)
+        if direct:  # native's own path: pushed from the gradient, pulled into the weight
+            done_on = group.flat(0, targets[0])
+            self._kv.pushpull(buffer.key, group.flat_in(0, value), out=done_on,
+                              priority=priority)
+            tensor.home, tensor.latest = None, targets[0]
+        else:
+            group.copy_in(0, value)
+            done_on = buffer.array
+            out = group.flat(0, targets[0]) if targets else buffer.array  # _outs: one at most
+            self._kv.pushpull(buffer.key, buffer.array, out=out, priority=priority)
+            tensor.home = group
         if sampled:
             _engine.push_callback(functools.partial(self._whole_done, step, tensor, t0,
                                                     len(self._issued), ready),
-                                  const=[buffer.array], priority=priority)
+                                  const=[done_on], priority=priority)
         else:
-            self._unsampled.append(buffer.array)
+            self._unsampled.append(done_on)
             if self._missing == 0:
                 self._flush()  # the step's last tensor: time it now, not at the next step
 
@@ -486,6 +541,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                      new.describe())
             self._config = new
             self._scheduler.reconfigure(new)
+            self._epoch += 1
         expected = self._expected
         if expected is None and self._issued:
             expected = frozenset(self._issued)
@@ -495,6 +551,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._rounds = {}
         self._scheduler.begin_step(self._step)
         self._main = self._groups.main(self._config, expected, self._tensors)
+        if new is not None and self._optimizer is not None:
+            self._refresh_layout(expected)
         self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
         self._push_control()
         self._feed()
@@ -579,9 +637,68 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _native_init(self, groups: list[Group]) -> None:
         keys = [k for g in groups for k in g.keys]
-        if keys:
-            with self._watchdog.blocking("key initialisation"):
-                self._kv.init(keys, [a for g in groups for a in g.arrays])
+        if not keys:
+            return
+        if self._optimizer is not None:  # the server's keys start from the current weights
+            if self._rank == 0:
+                for group in groups:
+                    group.fill(lambda t: t.weight)
+                self._send(blocks={k: v for g in groups for k, v in g.pieces().items()})
+            for group in groups:
+                group.epoch = self._epoch
+        with self._watchdog.blocking("key initialisation"):
+            self._kv.init(keys, [a for g in groups for a in g.arrays])
+
+    # -- internals: the optimizer on the server ----------------------------------------------
+    def _send(self, *, blocks: Mapping[int, Any] | None = None,
+              refresh: Sequence[int] = ()) -> None:
+        """Rank 0 tells the server about new blocks or keys to refresh (``_server``)."""
+        if self._rank != 0:
+            return
+        message = ServerOptimizer(self._optimizer, self._token, blocks=blocks, refresh=refresh,
+                                  sums=[CONTROL_KEY])
+        with self._watchdog.blocking("a message to the server"):
+            self._kv._send_command_to_servers(_get_kvstore_server_command_type("kController"),
+                                              pickle.dumps(message, 0).decode("ascii"))
+
+    def _note_weight(self, tensor: Tensor, targets: list[Any], group: Group) -> None:
+        """The Trainer pulls into the weights: note them, and bring a stale group's server
+        keys up to date first (a key made at the step boundary is fresh)."""
+        if targets:
+            tensor.weight = targets[0]
+        if group.epoch != self._epoch:
+            self._refresh([group])
+
+    def _refresh_layout(self, expected: frozenset[Hashable] | None) -> None:
+        """At a switch, refresh at once every group the new layout will use."""
+        if self._main is not None:
+            groups = [self._main]
+        else:
+            groups = [t.whole for t in self._tensors.values()
+                      if t.whole is not None and (expected is None or t.key in expected)]
+        stale = [g for g in groups if g.epoch != self._epoch]
+        if stale:
+            self._refresh(stale)
+
+    def _refresh(self, groups: list[Group]) -> None:
+        """Give the server's keys of ``groups`` the current weights: rank 0 pushes them, the
+        others zeros, and the server stores that round as it comes. Waited for, so no later
+        push of these keys (from another array) can overtake it."""
+        keys = [k for g in groups for k in g.keys]
+        arrays = [a for g in groups for a in g.arrays]
+        self._send(refresh=keys)
+        for group in groups:
+            if self._rank == 0:
+                group.fill(lambda t: t.weight)
+            else:
+                for array in group.arrays:
+                    array[:] = 0
+        self._kv.pushpull(keys, arrays, priority=COMM_PRIORITY)
+        with self._watchdog.blocking("the server's weights of a layout used before"):
+            for array in arrays:
+                array.wait_to_read()
+        for group in groups:
+            group.epoch = self._epoch
 
     def _describe(self) -> str:
         peers = self._agent.peers()

@@ -77,9 +77,16 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
 
     res: dict[str, object] = {}
     path = os.path.join(out, f"states_rank{rank}")
-    trainer.save_states(path)
-    trainer.load_states(path)
-    res["states_roundtrip"] = True
+    if trainer._update_on_kvstore:  # the state is on the server, as with dist_sync
+        try:
+            trainer.save_states(path)
+            res["save_states"] = "no error"
+        except UnsupportedError as e:
+            res["save_states"] = str(e)
+    else:
+        trainer.save_states(path)
+        trainer.load_states(path)
+        res["states_roundtrip"] = True
     kv = trainer._kvstore
     a = mx.nd.ones((3, 1000)) * (rank + 1)
     kv.init("extra", mx.nd.zeros((3, 1000)))
@@ -99,7 +106,7 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
         ("two_devices", lambda: kv.pushpull("k1", [b, b]), UnsupportedError),
         ("unknown_key", lambda: kv.pushpull("nope", b), ConfigError),
         ("row_sparse_pull", lambda: kv.row_sparse_pull("k1", out=b, row_ids=b), UnsupportedError),
-        ("set_optimizer", lambda: kv.set_optimizer(None), UnsupportedError),
+        ("set_optimizer", lambda: kv.set_optimizer(mx.optimizer.LAMB()), UnsupportedError),
     ]:
         try:
             call()
@@ -128,6 +135,9 @@ def main() -> int:
     ap.add_argument("--freeze-rank1-at", type=int, default=-1)
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "lamb"])
+    ap.add_argument("--update-on-kvstore", default=None, choices=["0", "1"],
+                    help="the Trainer's update_on_kvstore (default: its own choice)")
     ap.add_argument("--lead-s", type=float, default=None)
     ap.add_argument("--dead-after", type=float, default=None)
     ap.add_argument("--explore-budget", type=int, default=None)
@@ -157,8 +167,12 @@ def main() -> int:
         kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a), **opts)
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
         kv = "autobyte"
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}, kvstore=kv)
+    hyper: dict[str, float] = {"learning_rate": 0.05, "wd": 1e-4}
+    if a.optimizer == "sgd":
+        hyper["momentum"] = 0.9
+    uok = None if a.update_on_kvstore is None else a.update_on_kvstore == "1"
+    trainer = gluon.Trainer(net.collect_params(), a.optimizer, hyper, kvstore=kv,
+                            update_on_kvstore=uok)
     rng = np.random.RandomState(100 + rank)
     shape = (a.batch, 1, 28, 28) if a.model == "cnn" else (a.batch, 64)
     xs = [mx.nd.array(rng.randn(*shape).astype("float32")) for _ in range(4)]
@@ -190,7 +204,8 @@ def main() -> int:
     params = {k: v.data().asnumpy() for k, v in net.collect_params().items()}
     np.savez(os.path.join(a.out, f"params_rank{rank}.npz"), **params)
     summary: dict[str, object] = {"rank": rank, "elapsed": elapsed,
-                                  "kv": str(type(trainer._kvstore))}
+                                  "kv": str(type(trainer._kvstore)),
+                                  "update_on_kvstore": bool(trainer._update_on_kvstore)}
     store = trainer._kvstore
     if a.checks:
         summary["checks"] = checks(trainer, a.out, rank)

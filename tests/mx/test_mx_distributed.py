@@ -1,8 +1,10 @@
 """AutoByte vs native dist_sync with real ps-lite processes: same parameters after training.
 
-With 2 workers the server's sum is order-free (a + b == b + a in float32) and the SGD update
-runs the same operator on workers as on servers, so parameters must match bitwise, whatever
-the blocks (fused, split, or each tensor whole). With 3 workers the server adds pushes in
+With 2 workers the server's sum is order-free (a + b == b + a in float32) and the optimizer
+runs the same operator on workers as on servers and on a slice as on a whole tensor, so
+parameters must match bitwise, whatever the blocks (fused, split, or each tensor whole) and
+wherever the optimizer runs (on the one server by Gluon's default, as with native; on the
+workers with update_on_kvstore=False or two servers). With 3 workers the server adds pushes in
 arrival order, which differs from run to run for native dist_sync too, so they match native
 within float32 rounding (rtol 1e-5, atol 1e-6) and each other bitwise (every worker pulls the
 same sums).
@@ -104,6 +106,63 @@ def test_live_reconfiguration_two_workers(tmp_path: Path, native_refs: NativeRef
             continue
         order = [[(c["tensor"], c["index"]) for c in s["chunks"]] for s in (s0, s1)]
         assert order[0] == order[1], f"step {s0['step']}: admission order differs"
+
+
+def test_optimizer_on_the_server_matches_native_across_switches_back(
+        tmp_path: Path, native_refs: NativeRefs) -> None:
+    """Gluon's default with one server: the optimizer runs on the server, as with native
+    dist_sync, on blocks that change while training. Switches go from split 4 KiB blocks to
+    native, back to 4 KiB (whose server keys then hold stale weights and are refreshed), to one
+    fused block and back to native; SGD with momentum keeps its state through all of them."""
+    args = (*MLP, "--steps", "12")
+    want = native_refs.get(*args, workers=2, servers=1)
+    job = run_job(tmp_path, *args, "--partition", "4KiB", "--credit", "8KiB", "--checks",
+                  "--switch", "0:4KiB:4KiB:0", "--switch", "2:4KiB:8KiB:1",
+                  "--switch", "4:4MiB:4MiB:1", "--switch", "6:4KiB:4KiB:0")
+    assert_ok(job)
+    for rank in range(2):
+        assert job.summary(rank)["update_on_kvstore"] is True
+        assert_same(job.params(rank), want.params(rank), exact=True)
+    layouts = [s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0
+               for s in job.summary(0)["steps"]]
+    assert layouts[:9] == [4 << 10] * 2 + [0] * 2 + [4 << 10] * 2 + [4 << 20] * 2 + [0]
+    checks = job.summary(1)["checks"]
+    assert "state stays there" in checks["save_states"]
+    assert "LAMB is not one of MXNet's element-wise optimizers" in checks["errors"]["set_optimizer"]
+    # a plain push is an optimizer step there too: SGD from 0 with the sum 1 + 2 of ones
+    assert checks["push_pull_sum"] == pytest.approx(-0.05 * 3 / 16)
+
+
+def test_adam_on_the_server_counts_each_tensor_once_a_step(tmp_path: Path,
+                                                          native_refs: NativeRefs) -> None:
+    """Adam's bias correction uses each tensor's update count: split into many blocks, a
+    tensor must still count one update a step, also across a switch to native and back."""
+    args = (*MLP, "--optimizer", "adam")
+    want = native_refs.get(*args, workers=2, servers=1)
+    job = run_job(tmp_path, *args, "--partition", "8KiB", "--credit", "16KiB",
+                  "--switch", "1:8KiB:8KiB:0", "--switch", "3:8KiB:16KiB:1")
+    assert_ok(job)
+    for rank in range(2):
+        assert_same(job.params(rank), want.params(rank), exact=True)
+
+
+def test_optimizer_on_the_workers_when_asked(tmp_path: Path, native_refs: NativeRefs) -> None:
+    """update_on_kvstore=False: the servers only sum, the Trainer updates, same weights."""
+    want = native_refs.get(*MLP, workers=2, servers=1)
+    job = run_job(tmp_path, *MLP, "--update-on-kvstore", "0", "--partition", "4KiB",
+                  "--credit", "4KiB", "--switch", "1:4KiB:4KiB:0", "--switch", "3:4KiB:4KiB:1")
+    assert_ok(job)
+    assert job.summary(0)["update_on_kvstore"] is False
+    for rank in range(2):
+        assert_same(job.params(rank), want.params(rank), exact=True)
+
+
+def test_an_optimizer_that_is_not_element_wise_is_refused_clearly(tmp_path: Path) -> None:
+    job = run_job(tmp_path, *MLP, "--optimizer", "lamb", timeout=60)
+    assert not job.result.ok and not job.result.timed_out
+    text = job.output("worker0")
+    assert "LAMB is not one of MXNet's element-wise optimizers" in text, text[-2000:]
+    assert "update_on_kvstore=False" in text
 
 
 def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,

@@ -482,3 +482,74 @@ def test_established_peers_reads_this_processs_outgoing_connections() -> None:
                 assert ("127.0.0.1", port) in peers
                 assert ("127.0.0.1", client.getsockname()[1]) not in peers
         assert ("127.0.0.1", port) not in established_peers()
+
+
+# --- the optimizer on the server -----------------------------------------------------------
+
+
+def _on_server(message: Any) -> Any:
+    """What the server does with a message: unpickle it and make MXNet's Updater of it."""
+    import pickle
+
+    return mx.optimizer.get_updater(pickle.loads(pickle.dumps(message, 0)))
+
+
+def test_the_server_updates_blocks_as_whole_tensors_across_layouts() -> None:
+    """Adam on two tensors (5 and 7 elements), laid out as two blocks that split the second
+    tensor, then whole, then split again: the weights equal Adam on whole tensors bitwise, so
+    state and update counts (bias correction) follow the tensors, not the keys."""
+    from autobyte_mx._server import ServerOptimizer
+
+    sizes = {"a": 5, "b": 7}
+    split = {1: (0, (("a", 5, 0, 5), ("b", 7, 0, 2))), 2: (0, (("b", 7, 2, 7),))}
+    whole = {3: (1, (("a", 5, 0, 5),)), 4: (1, (("b", 7, 0, 7),))}
+    adam = mx.optimizer.Adam(learning_rate=0.1, wd=0.01)
+    reference = mx.optimizer.get_updater(mx.optimizer.Adam(learning_rate=0.1, wd=0.01))
+    token = "job-units"
+    updater = _on_server(ServerOptimizer(adam, token, blocks=split))
+    _on_server(ServerOptimizer(adam, token, blocks=whole))  # a later message: same job
+    rng = np.random.RandomState(0)
+    want = {t: mx.nd.array(rng.randn(n)) for t, n in sizes.items()}
+    stored = {1: mx.nd.concat(want["a"], want["b"][:2], dim=0), 2: want["b"][2:].copy()}
+    for step, layout in enumerate([split, split, whole, split]):
+        current = {t: w.copy() for t, w in want.items()}  # the weights the step starts from
+        grads = {t: mx.nd.array(rng.randn(n)) for t, n in sizes.items()}
+        for t in sizes:
+            reference(t, grads[t], want[t])
+        if layout is whole:  # fresh keys: made from the current weights
+            stored[3], stored[4] = current["a"], current["b"]
+        if step == 3:  # back to a layout used before: the workers refresh its keys first
+            updater = _on_server(ServerOptimizer(adam, token, refresh=[1, 2]))
+            updater(1, mx.nd.concat(current["a"], current["b"][:2], dim=0), stored[1])
+            updater(2, current["b"][2:], stored[2])
+        for key, (_, pieces) in layout.items():
+            grad = mx.nd.concat(*[grads[t][start:stop] for t, _, start, stop in pieces], dim=0)
+            updater(key, grad, stored[key])
+        got = {"a": stored[1][:5], "b": mx.nd.concat(stored[1][5:], stored[2], dim=0)} \
+            if layout is split else {"a": stored[3], "b": stored[4]}
+        for t in sizes:
+            assert np.array_equal(got[t].asnumpy(), want[t].asnumpy()), (step, t)
+
+
+def test_the_server_sums_its_own_keys_and_names_unknown_ones() -> None:
+    from autobyte_mx._server import ServerOptimizer
+
+    updater = _on_server(ServerOptimizer(mx.optimizer.SGD(learning_rate=0.1), "job-sums",
+                                         sums=[0]))
+    stored = mx.nd.zeros((3,))
+    updater(0, mx.nd.array([1.0, 2.0, 3.0]), stored)
+    assert stored.asnumpy().tolist() == [1.0, 2.0, 3.0]  # the control key: a plain sum
+    with pytest.raises(RuntimeError, match="key 9 has no layout"):
+        updater(9, mx.nd.ones((3,)), stored)
+
+
+@pytest.mark.parametrize(("optimizer", "why"), [
+    (lambda: mx.optimizer.LAMB(), "LAMB is not one of MXNet's element-wise optimizers"),
+    (lambda: mx.optimizer.DCASGD(), "DCASGD is not one of"),
+    (lambda: mx.optimizer.SGD(multi_precision=True), "multi_precision"),
+])
+def test_optimizers_that_cannot_run_on_blocks_are_named(optimizer: Any, why: str) -> None:
+    from autobyte_mx._server import check_element_wise
+
+    assert why in (check_element_wise(optimizer()) or "")
+    assert check_element_wise(mx.optimizer.Adam()) is None
