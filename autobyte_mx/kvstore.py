@@ -417,10 +417,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _issue_whole(self, tensor: Tensor, value: Any, targets: list[Any],
                      priority: int) -> None:
         """Scheduling off: one native pushpull of the whole tensor when its gradient is ready
-        (no gate), from the tensor's own buffer into the caller's output. Not in place on the
-        caller's array: native ``dist_sync`` doing that (the Trainer with
-        ``update_on_kvstore=False``) lost sums under CPU contention (two MLP jobs at once),
-        while pushpulls from AutoByte's buffers matched native bitwise. The copy back is the
+        (no gate). With the optimizer on the server it goes as native sends it, from the
+        caller's gradient into the caller's weight (``direct``). Otherwise it goes from the
+        tensor's own buffer: in place on the caller's gradient, native ``dist_sync`` with
+        ``update_on_kvstore=False`` lost sums under CPU contention (two MLP jobs at once),
+        while pushpulls from AutoByte's buffers matched native bitwise; the copy back is the
         native store's own (``out``), which costs no Python op.
         Only sampled steps time each tensor; the others are counted and timed as a whole at
         ``_flush``, once their last expected tensor is issued."""
