@@ -35,9 +35,9 @@ class Tensor:
     """A user key: its shape, dtype and forward-order layer.
 
     ``home`` is the ``Group`` whose slots hold the sum it last received. A ``pull`` reads it
-    there, so a pull before the next push sees the sum whatever layouts came in between; with
-    the optimizer on the server a whole tensor's result goes straight to the caller's array,
-    ``latest``, and ``home`` is None. ``weight`` is the caller's weight array then.
+    there, so a pull before the next push sees the sum whatever layouts came in between.
+    ``weight`` is the caller's weight array when the optimizer runs on the server; a whole
+    tensor's result then goes straight into it, and ``home`` is None.
     """
 
     key: Hashable
@@ -49,7 +49,6 @@ class Tensor:
     home: Group | None = None
     whole: Group | None = None  # its own native key (the layout of scheduling off), once made
     checked: Any = None  # the last gradient array checked against its shape and storage
-    latest: Any = None
     weight: Any = None
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 

@@ -349,8 +349,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             for target in targets:
                 if home is not None:
                     home.copy_out(home.index[tensor.key], target, mx.nd.concat)
-                elif target is not tensor.latest:
-                    tensor.latest.copyto(target)
+                elif target is not tensor.weight:
+                    tensor.weight.copyto(target)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -442,7 +442,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             done_on = group.flat(0, targets[0])
             self._kv.pushpull(buffer.key, group.flat_in(0, value), out=done_on,
                               priority=priority)
-            tensor.home, tensor.latest = None, targets[0]
+            tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
             done_on = buffer.array
