@@ -31,7 +31,7 @@ def test_a_frozen_worker_ends_the_job_after_the_grace_period() -> None:
             pass
 
     result = launch(framework="tensorflow", command=[sys.executable, str(WORKER), "20"],
-                    workers=2, env={"AUTOBYTE_GRACE_S": "8", "AUTOBYTE_TUNER": "none"},
+                    workers=2, env={"AUTOBYTE_GRACE_S": "15", "AUTOBYTE_TUNER": "none"},
                     timeout=150, stream=Watch())
     ended = time.monotonic()
     tails = {name: p.output[-3000:] for name, p in result.processes.items()}
