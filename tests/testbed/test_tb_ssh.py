@@ -26,17 +26,25 @@ pytestmark = [
 ]
 
 
+def _marked(output: str) -> list[str]:
+    """The words of the line the job printed; root's login shell may add its own lines (pyenv's
+    rehash in ~/.bashrc races with the other sessions and says "rm: cannot remove ...")."""
+    lines = [line.split()[1:] for line in output.splitlines() if line.startswith("seen: ")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
 def test_launch_over_ssh_places_processes_and_propagates_failure(tmp_path: Path) -> None:
     with Testbed(hosts=4, rate="1gbit") as tb, sshd_on(tb, [1, 2, 3], tmp_path) as ssh:
         cluster = [h.address for h in tb.hosts[1:]]
         where = launch(
             framework="mxnet", workers=2, hosts=cluster, ssh=ssh, stream=None, timeout=60,
             env={"GREETING": "hi there", "AUTOBYTE_SECRET": "not-on-the-command-line"},
-            command=["sh", "-c", 'echo "$(ip netns identify) $DMLC_NODE_HOST $DMLC_PS_ROOT_URI '
-                     '$GREETING $AUTOBYTE_SECRET"; ps -eo args | grep -c "[n]ot-on-the-command"; '
-                     'true'])
+            command=["sh", "-c", 'echo "seen: $(ip netns identify) $DMLC_NODE_HOST '
+                     '$DMLC_PS_ROOT_URI $GREETING $AUTOBYTE_SECRET '
+                     '$(ps -eo args | grep -c "[n]ot-on-the-command")"'])
         assert where.returncode == 0, {n: p.output for n, p in where.processes.items()}
-        seen = {name: p.output.split() for name, p in where.processes.items()}
+        seen = {name: _marked(p.output) for name, p in where.processes.items()}
         assert seen["scheduler"][0] == tb.hosts[1].netns
         assert seen["server0"][:3] == [tb.hosts[1].netns, cluster[0], cluster[0]]
         assert seen["worker0"][:3] == [tb.hosts[2].netns, cluster[1], cluster[0]]
