@@ -44,8 +44,7 @@ def push_blocks(rnd: Round, blocks: list[int], *, pushpull: Callable[[list[int],
     for copy, view in saved:
         copy.copyto(view)
     for member in rnd.finished_members(blocks):
-        for target in rnd.targets[member]:
-            group.copy_out(member, target, mx.nd.concat)
+        group.copy_out(member, rnd.targets[member], mx.nd.concat)
         group.tensors[member].home = group
 
 

@@ -48,7 +48,8 @@ class Tensor:
     layer: int
     home: Group | None = None
     whole: Group | None = None  # its own native key (the layout of scheduling off), once made
-    checked: Any = None  # the last gradient array checked against its shape and storage
+    checked: tuple[Any, ...] = ()  # the last gradient arrays checked (shape, storage)
+    devices: Any = None  # with several devices per worker, their gradients' DeviceSum
     weight: Any = None
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
@@ -189,14 +190,18 @@ class Group:
         (view,) = self._views(member, value, 0)
         return view
 
-    def copy_out(self, member: int, target: Any, concat: Callable[..., Any]) -> None:
-        """Queue the copy of the member's slots into ``target`` (one op: ``concat`` for
-        several slots)."""
-        slots = self.slots[member]
+    def copy_out(self, member: int, targets: Sequence[Any], concat: Callable[..., Any]) -> None:
+        """Queue the copy of the member's slots into ``targets[0]`` (one op: ``concat`` for
+        several slots), and from there into the other devices' ``targets``."""
+        if not targets:
+            return
+        slots, first = self.slots[member], targets[0]
         if len(slots) == 1:
-            slots[0].view.copyto(self._views(member, target, 1)[0])
+            slots[0].view.copyto(self._views(member, first, 1)[0])
         else:
-            concat(*[s.view for s in slots], dim=0, out=target.reshape((-1,)))
+            concat(*[s.view for s in slots], dim=0, out=first.reshape((-1,)))
+        for target in targets[1:]:
+            first.copyto(target)
 
 
 class Groups:

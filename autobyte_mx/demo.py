@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     mx.random.seed(1)
     np.random.seed(1)
     net = build_model(args.model)
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())  # type: ignore[attr-defined]
+    ctx = [mx.cpu(i) for i in range(args.devices)]
+    net.initialize(mx.init.Xavier(), ctx=ctx)  # type: ignore[attr-defined]
     net.hybridize(static_alloc=True, static_shape=True)  # type: ignore[attr-defined]
     if args.local:  # compute alone: every worker trains on its own, no kvstore
         store: Any = None
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
           for _ in range(8)]
     ys = [mx.nd.array(rng.integers(0, CLASSES, args.batch)) for _ in range(8)]
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
-    net(xs[0]).wait_to_read()  # shapes the zoo's deferred parameters
+    for device in ctx:  # shapes the zoo's deferred parameters
+        net(xs[0].as_in_context(device)).wait_to_read()
     params = [p for p in net.collect_params().values()  # type: ignore[attr-defined]
               if p.grad_req != "null"]
     gradient_bytes = sum(p.data().size * np.dtype(p.dtype).itemsize for p in params)
@@ -112,12 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     meter = WindowMeter(args.batch * workers)
     for step in range(1, args.steps + 1):
         meter.begin()
-        x, y = xs[step % 8], ys[step % 8]
+        x = mx.gluon.utils.split_and_load(xs[step % 8], ctx)
+        y = mx.gluon.utils.split_and_load(ys[step % 8], ctx)
         with mx.autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
+            losses = [loss_fn(net(xi), yi) for xi, yi in zip(x, y, strict=True)]
+        mx.autograd.backward(losses)
         trainer.step(args.batch)
-        loss.wait_to_read()  # this step's compute is done (its communication overlaps on)
+        for loss in losses:  # this step's compute is done (its communication overlaps on)
+            loss.wait_to_read()
         if rank == 0:
             meter.end(step, window, describe())
         knobs = None if store is None or args.baseline else \

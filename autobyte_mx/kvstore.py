@@ -11,6 +11,8 @@ when each gate opens (``_sequencer`` + ``common.plan.Scheduler``), so MXNet's ow
 stay intact and the next forward pass waits per layer, overlapping the rest of the
 communication. With scheduling off (the native candidate) a tensor goes whole under one native
 key, as native ``dist_sync`` sends it, through its own buffer (``_issue_whole`` says why).
+With several devices per worker, each key's gradients are summed on the worker first
+(``_devices``), as ``dist_sync`` does, and every device gets the result.
 
 A fused key's outputs are written once its block closes: when every member has been pushed
 (the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
@@ -51,6 +53,7 @@ from autobyte_mx import _engine
 from autobyte_mx._blocks import block_rows, push_blocks
 from autobyte_mx._checks import check_environment
 from autobyte_mx._control import SLOTS, decode, encode
+from autobyte_mx._devices import DeviceSum
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._pace import Pace
 from autobyte_mx._sequencer import Round, Sequencer
@@ -297,7 +300,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def init(self, key: Any, value: Any) -> None:
         """Each key starts with a native key of its own (the native layout), holding
         ``value``; blocks of fused layouts are made at the step boundary that needs them."""
-        keys, values = _pairs(key, value)
+        keys, arrays = _pairs(key, value)
+        values = [a[0] for a in arrays]  # several devices start from the same value
         self._handshake()
         groups: list[Group] = []
         for k, v in zip(keys, values, strict=True):
@@ -316,27 +320,27 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._tensors[k].weight = v
 
     def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
-        keys, values = _pairs(key, value)
+        keys, arrays = _pairs(key, value)
         outs = _outs(keys, out)
-        self.init(keys if isinstance(key, (list, tuple)) else keys[0],
-                  values if isinstance(key, (list, tuple)) else values[0])
+        self.init(keys, [a[0] for a in arrays])
         for k, targets in zip(keys, outs, strict=True):
             group = self._groups.whole(self._tensors[k])
             self._kv.pull(group.keys, out=group.arrays, priority=priority)
-            for target in targets:
-                group.copy_out(0, target, mx.nd.concat)
+            group.copy_out(0, targets, mx.nd.concat)
 
     def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
-        keys, values = _pairs(key, value)
-        outs = [[v] for v in values] if out is None else _outs(keys, out)
-        for k, v, targets in zip(keys, values, outs, strict=True):
-            self._issue(k, v, targets, priority)
+        """Send each key's gradient (a list: one array per device of this worker) and write
+        the sum over workers and devices into ``out`` (every device's), else into ``value``."""
+        keys, arrays = _pairs(key, value)
+        outs = arrays if out is None else _outs(keys, out)
+        for k, values, targets in zip(keys, arrays, outs, strict=True):
+            self._issue(k, values, targets, priority)
 
     def push(self, key: Any, value: Any, priority: int = 0) -> None:
         """Send a gradient; a later ``pull`` returns the sum over workers."""
-        keys, values = _pairs(key, value)
-        for k, v in zip(keys, values, strict=True):
-            self._issue(k, v, [], priority)
+        keys, arrays = _pairs(key, value)
+        for k, values in zip(keys, arrays, strict=True):
+            self._issue(k, values, [], priority)
 
     def pull(self, key: Any, out: Any = None, priority: int = 0,
              ignore_sparse: bool = True) -> None:
@@ -346,10 +350,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor = self._tensor(k)
             self._flush(tensor)
             home = tensor.home
+            if home is not None:
+                home.copy_out(home.index[tensor.key], targets, mx.nd.concat)
+                continue
             for target in targets:
-                if home is not None:
-                    home.copy_out(home.index[tensor.key], target, mx.nd.concat)
-                elif target is not tensor.weight:
+                if target is not tensor.weight:
                     tensor.weight.copyto(target)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
@@ -358,14 +363,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                "called); use kvstore='dist_sync' for sparse models")
 
     # -- internals: issue ------------------------------------------------------------------
-    def _issue(self, key: Hashable, value: Any, targets: list[Any], priority: int) -> None:
+    def _issue(self, key: Hashable, values: list[Any], targets: list[Any],
+               priority: int) -> None:
         tensor = self._tensor(key)
-        if value is not tensor.checked:  # the Trainer passes the same array every step
-            _check_dense(key, value)
-            if tuple(value.shape) != tensor.shape:
-                raise ConfigError(f"key {key!r}: value shape {tuple(value.shape)} differs from "
-                                  f"the initialised shape {tensor.shape}")
-            tensor.checked = value
+        value = self._local_sum(tensor, values, priority)
         if self._step == 0 or key in self._issued:
             self._new_step()
         self._issued.add(key)
@@ -387,6 +388,21 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if self._tuning.sampled(self._step):
             self._stamp(tensor, value, priority)
         self._close(rnd, rnd.issue(member, targets), priority)
+
+    def _local_sum(self, tensor: Tensor, values: list[Any], priority: int) -> Any:
+        """This worker's gradient: with several devices, their sum (``_devices``)."""
+        checked = tensor.checked  # the Trainer passes the same arrays every step
+        if len(values) != len(checked) or \
+                any(v is not c for v, c in zip(values, checked, strict=True)):
+            for value in values:
+                _check_dense(tensor.key, value)
+                if tuple(value.shape) != tensor.shape:
+                    raise ConfigError(f"key {tensor.key!r}: value shape {tuple(value.shape)} "
+                                      f"differs from the initialised shape {tensor.shape}")
+            tensor.checked = tuple(values)
+            tensor.devices = DeviceSum(values, tensor.shape, tensor.dtype) \
+                if len(values) > 1 else None
+        return values[0] if tensor.devices is None else tensor.devices.push(priority)
 
     def _close(self, rnd: Round, blocks: list[int], priority: int) -> None:
         if blocks:
@@ -446,9 +462,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         else:
             group.copy_in(0, value)
             done_on = buffer.array
-            out = group.flat(0, targets[0]) if targets else buffer.array  # _outs: one at most
+            out = group.flat(0, targets[0]) if targets else buffer.array
             self._kv.pushpull(buffer.key, buffer.array, out=out, priority=priority)
             tensor.home = group
+        for target in targets[1:]:  # the other devices, as the native store broadcasts
+            targets[0].copyto(target)
         if sampled:
             _engine.push_callback(functools.partial(self._whole_done, step, tensor, t0,
                                                     len(self._issued), ready),
@@ -724,32 +742,30 @@ def _timeout(timeout: Any) -> float:
     return value
 
 
-def _one(key: Hashable, value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise UnsupportedError(f"key {key!r}: AutoByte supports one device per worker, got "
-                                   f"{len(value)} arrays (start one worker per device)")
-        return value[0]
-    return value
+def _devices(key: Hashable, value: Any) -> list[Any]:
+    """One key's arrays, one per device of this worker (an array alone: one device)."""
+    arrays = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not arrays:
+        raise ConfigError(f"key {key!r}: no arrays given")
+    return arrays
 
 
-def _pairs(key: Any, value: Any) -> tuple[list[Hashable], list[Any]]:
+def _pairs(key: Any, value: Any) -> tuple[list[Hashable], list[list[Any]]]:
+    """Keys and, per key, its arrays: ``(k, a)``, ``(k, [a0, a1])`` (devices) or
+    ``([k1, k2], [a, [b0, b1]])``, as MXNet's kvstores take them."""
     if isinstance(key, (list, tuple)):
         if not isinstance(value, (list, tuple)) or len(value) != len(key):
             raise ConfigError(f"{len(key)} keys need as many values, got {value!r}")
-        return list(key), [_one(k, v) for k, v in zip(key, value, strict=True)]
-    return [key], [_one(key, value)]
+        return list(key), [_devices(k, v) for k, v in zip(key, value, strict=True)]
+    return [key], [_devices(key, value)]
 
 
 def _outs(keys: list[Hashable], out: Any) -> list[list[Any]]:
     if len(keys) == 1:
-        targets = list(out) if isinstance(out, (list, tuple)) else [out]
-        if len(targets) != 1:
-            _one(keys[0], targets)
-        return [targets]
+        return [_devices(keys[0], out)]
     if not isinstance(out, (list, tuple)) or len(out) != len(keys):
         raise ConfigError(f"{len(keys)} keys need as many outputs, got {out!r}")
-    return [[_one(k, o)] for k, o in zip(keys, out, strict=True)]
+    return [_devices(k, o) for k, o in zip(keys, out, strict=True)]
 
 
 def _check_dense(key: Hashable, value: Any) -> None:

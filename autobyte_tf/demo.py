@@ -62,6 +62,9 @@ def build_model(name: str = "cnn") -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     args = worker_args(argv, __doc__)
+    if args.devices != 1:
+        raise SystemExit(f"autobyte_tf.demo: --devices {args.devices}: one device per worker "
+                         "here (several devices per worker are MXNet's demo only)")
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if args.local:  # compute alone: every worker trains on its own, no communication

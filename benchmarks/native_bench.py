@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import statistics
 import sys
@@ -62,7 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep-steps", type=int, default=10)
     p.add_argument("--out", default="runs/native-bench/results.csv")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per job")
+    p.add_argument("--devices", type=int, default=1,
+                   help="MXNet: CPU contexts per worker (the rows' model reads e.g. cnn-2dev)")
     args = p.parse_args(argv)
+    if args.devices < 1 or ("tensorflow" in args.frameworks.split(",") and args.devices != 1):
+        p.error(f"--devices must be >= 1, and 1 with TensorFlow, got devices={args.devices}")
     if args.rounds < 1 or args.steps < 2 * args.window:
         p.error(f"--rounds must be >= 1 and --steps >= 2 windows, got rounds={args.rounds}, "
                 f"steps={args.steps}")
@@ -87,30 +92,29 @@ def link_rate(rate: str) -> float:
 
 def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
          out: Path) -> dict[str, Any]:
-    name = f"{framework[:2]}-{model}-{rate}"
+    label = model if args.devices == 1 else f"{model}-{args.devices}dev"
+    name = f"{framework[:2]}-{label}-{rate}"
+    spec = functools.partial(JobSpec, framework=framework, model=model, devices=args.devices)
     window = args.window
     per_round: list[dict[str, float]] = []
     final = ""
     steps = args.steps
     if args.min_seconds > 0:
-        probe = run_jobs([JobSpec(f"steps-{name}", framework=framework, model=model,
-                                  steps=args.steps, window=window, baseline=True)],
+        probe = run_jobs([spec(f"steps-{name}", steps=args.steps, window=window, baseline=True)],
                          rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         per_step = WORKERS * BATCH / probe.mean_speed(first=window + 1)
         steps = max(steps, window * math.ceil(args.min_seconds / per_step / window))
         print(f"  {name}: {steps} steps a job ({per_step * 1e3:.0f} ms a native step)",
               flush=True)
     for r in range(args.rounds):
-        native = run_jobs([JobSpec(f"native-{name}-r{r}", framework=framework, model=model,
-                                   steps=steps, window=window, baseline=True)],
+        native = run_jobs([spec(f"native-{name}-r{r}", steps=steps, window=window, baseline=True)],
                           rate=rate, out=out, timeout=args.timeout, echo=False)[0]
-        auto = run_jobs([JobSpec(f"auto-{name}-r{r}", framework=framework, model=model,
-                                 steps=steps, window=window, shipped=True)],
+        auto = run_jobs([spec(f"auto-{name}-r{r}", steps=steps, window=window, shipped=True)],
                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         sweep = tuple(args.grid_configs)
-        grid = run_jobs([JobSpec(f"grid-{name}-r{r}", framework=framework, model=model,
-                                 steps=len(sweep) * args.sweep_steps, window=window,
-                                 start=sweep[0], sweep=sweep, sweep_steps=args.sweep_steps)],
+        grid = run_jobs([spec(f"grid-{name}-r{r}", steps=len(sweep) * args.sweep_steps,
+                              window=window, start=sweep[0], sweep=sweep,
+                              sweep_steps=args.sweep_steps)],
                         rate=rate, out=out, timeout=args.timeout, echo=False)[0]
         measured = grid.by_config()
         labels = {knobs_label(*k) for k in sweep}
@@ -126,8 +130,7 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
               f"{row['autobyte']:.1f} ({row['autobyte'] / row['native']:.3f}x, ends on "
               f"{final}), best fixed {best_label} {row['best_fixed']:.1f} vs grid native "
               f"{row['grid_native']:.1f}", flush=True)
-    local = run_jobs([JobSpec(f"local-{name}", framework=framework, model=model,
-                              steps=4 * window, window=window, local=True)],
+    local = run_jobs([spec(f"local-{name}", steps=4 * window, window=window, local=True)],
                      rate=rate, out=out, timeout=args.timeout, echo=False)[0]
     link = link_rate(rate)
     samples = WORKERS * BATCH
@@ -145,7 +148,7 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
     def ratio(a: str, b: str) -> float:
         return statistics.median(r[a] / r[b] for r in per_round)
 
-    return {"framework": framework, "model": model, "rate": rate, "rounds": args.rounds,
+    return {"framework": framework, "model": label, "rate": rate, "rounds": args.rounds,
             "native": median("native"), "autobyte": median("autobyte"),
             "autobyte/native": ratio("autobyte", "native"), "best_fixed": median("best_fixed"),
             "best_fixed/native": ratio("best_fixed", "grid_native"),

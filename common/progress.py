@@ -129,13 +129,17 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
                              "switch through, one every --sweep-steps steps "
                              "(a measured grid; use with AUTOBYTE_TUNER=none)")
     parser.add_argument("--sweep-steps", type=int, default=20)
+    parser.add_argument("--devices", type=int, default=1,
+                        help="MXNet: CPU contexts per worker, each training on its share of "
+                             "the batch, as on a machine with several GPUs (TensorFlow: 1)")
     args = parser.parse_args(argv)
     try:
         args.sweep = parse_sweep(args.sweep)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.steps < 1 or args.batch < 1 or args.window < 0:
-        parser.error(f"--steps and --batch must be >= 1 and --window >= 0, got "
-                     f"steps={args.steps}, batch={args.batch}, window={args.window}")
+    if args.steps < 1 or args.batch < 1 or args.window < 0 or args.devices < 1:
+        parser.error(f"--steps, --batch and --devices must be >= 1 and --window >= 0, got "
+                     f"steps={args.steps}, batch={args.batch}, devices={args.devices}, "
+                     f"window={args.window}")
     setup_logging()
     return args

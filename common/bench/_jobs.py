@@ -55,6 +55,7 @@ class JobSpec:
     sweep_steps: int = 20
     join_at: int | None = None  # start when the first job reaches this step
     shipped: bool = False
+    devices: int = 1  # MXNet: CPU contexts per worker
 
     def __post_init__(self) -> None:
         if self.framework not in MODULES:
@@ -74,6 +75,8 @@ class JobSpec:
             cmd.append("--baseline")
         if self.local:
             cmd.append("--local")
+        if self.devices != 1:
+            cmd += ["--devices", str(self.devices)]
         if self.sweep:
             cmd += ["--sweep", ",".join("native" if (p, c) == NATIVE else f"{p}:{c}"
                                     for p, c in self.sweep),

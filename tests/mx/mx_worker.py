@@ -99,11 +99,14 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
     o1, o2 = mx.nd.zeros((5,)), mx.nd.zeros((5,))
     kv.pushpull(["k1", "k2"], [b, b * 2], out=[o1, o2])
     res["list_pushpull"] = [float(o1.asnumpy()[0]), float(o2.asnumpy()[0])]
+    # two devices of one worker: summed here, then over workers; both outputs get the sum
+    kv.pushpull("k1", [b, b * 3], out=[o1, o2])
+    res["two_devices_pushpull"] = [float(o1.asnumpy()[0]), float(o2.asnumpy()[0])]
     errors = {}
     sparse = mx.nd.sparse.zeros("row_sparse", (4, 2))
     for name, call, exc in [
         ("sparse", lambda: kv.pushpull("k1", sparse), UnsupportedError),
-        ("two_devices", lambda: kv.pushpull("k1", [b, b]), UnsupportedError),
+        ("shapes_differ", lambda: kv.pushpull("k1", [b, mx.nd.ones((4,))]), ConfigError),
         ("unknown_key", lambda: kv.pushpull("nope", b), ConfigError),
         ("row_sparse_pull", lambda: kv.row_sparse_pull("k1", out=b, row_ids=b), UnsupportedError),
         ("set_optimizer", lambda: kv.set_optimizer(mx.optimizer.LAMB()), UnsupportedError),
@@ -138,6 +141,8 @@ def main() -> int:
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "lamb"])
     ap.add_argument("--update-on-kvstore", default=None, choices=["0", "1"],
                     help="the Trainer's update_on_kvstore (default: its own choice)")
+    ap.add_argument("--devices", type=int, default=1,
+                    help="CPU contexts per worker, each training on its share of the batch")
     ap.add_argument("--lead-s", type=float, default=None)
     ap.add_argument("--dead-after", type=float, default=None)
     ap.add_argument("--explore-budget", type=int, default=None)
@@ -151,7 +156,8 @@ def main() -> int:
     mx.random.seed(7)
     np.random.seed(7)
     net = build(a.model)
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    ctx = [mx.cpu(i) for i in range(a.devices)]
+    net.initialize(mx.init.Xavier(), ctx=ctx)
     if a.hybridize == "static":
         net.hybridize(static_alloc=True, static_shape=True)
     elif a.hybridize == "plain":
@@ -182,10 +188,11 @@ def main() -> int:
     os.makedirs(a.out, exist_ok=True)
     t0 = time.perf_counter()
     for step in range(a.steps):
-        x, y = xs[step % 4], ys[step % 4]
+        x = gluon.utils.split_and_load(xs[step % 4], ctx)
+        y = gluon.utils.split_and_load(ys[step % 4], ctx)
         with autograd.record():
-            loss = lossf(net(x), y)
-        loss.backward()
+            losses = [lossf(net(xi), yi) for xi, yi in zip(x, y, strict=True)]
+        autograd.backward(losses)
         trainer.step(a.batch)
         if step in switches and isinstance(trainer._kvstore, autobyte_mx.AutoByte):
             p, c, s = switches[step]
@@ -201,11 +208,14 @@ def main() -> int:
                 os.kill(int(f.read()), signal.SIGSTOP)
     mx.nd.waitall()
     elapsed = time.perf_counter() - t0
-    params = {k: v.data().asnumpy() for k, v in net.collect_params().items()}
+    params = {k: v.data(ctx[0]).asnumpy() for k, v in net.collect_params().items()}
+    devices_equal = all(np.array_equal(d.asnumpy(), params[k])
+                        for k, v in net.collect_params().items() for d in v.list_data())
     np.savez(os.path.join(a.out, f"params_rank{rank}.npz"), **params)
     summary: dict[str, object] = {"rank": rank, "elapsed": elapsed,
                                   "kv": str(type(trainer._kvstore)),
-                                  "update_on_kvstore": bool(trainer._update_on_kvstore)}
+                                  "update_on_kvstore": bool(trainer._update_on_kvstore),
+                                  "devices_equal": devices_equal}
     store = trainer._kvstore
     if a.checks:
         summary["checks"] = checks(trainer, a.out, rank)

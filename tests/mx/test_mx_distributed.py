@@ -157,6 +157,32 @@ def test_optimizer_on_the_workers_when_asked(tmp_path: Path, native_refs: Native
         assert_same(job.params(rank), want.params(rank), exact=True)
 
 
+@pytest.mark.parametrize(("workers", "servers", "update_on_kvstore"),
+                         [(2, 1, "1"), (2, 1, "0"), (3, 2, "0")])
+def test_two_devices_per_worker_match_native(tmp_path: Path, native_refs: NativeRefs,
+                                             workers: int, servers: int,
+                                             update_on_kvstore: str) -> None:
+    """Each worker trains on two CPU contexts (half the batch each), as MXNet's cifar10
+    example does on GPUs: the devices' gradients are summed on the worker, then over workers,
+    and every device gets the result. Switches go through split blocks, native and a fused
+    block; with the optimizer on the server its state stays right through them."""
+    args = (*MLP, "--devices", "2", "--update-on-kvstore", update_on_kvstore)
+    want = native_refs.get(*args, workers=workers, servers=servers)
+    job = run_job(tmp_path, *args, "--partition", "4KiB", "--credit", "8KiB",
+                  "--switch", "0:4KiB:4KiB:0", "--switch", "2:4MiB:4MiB:1",
+                  "--switch", "4:4KiB:8KiB:1", workers=workers, servers=servers)
+    assert_ok(job)
+    for rank in range(workers):
+        summary = job.summary(rank)
+        assert summary["devices_equal"] and want.summary(rank)["devices_equal"]
+        assert summary["update_on_kvstore"] is (update_on_kvstore == "1")
+        assert_same(job.params(rank), want.params(rank), exact=workers == 2)
+        assert_same(job.params(rank), job.params(0), exact=True)
+    layouts = [s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0
+               for s in job.summary(0)["steps"]]
+    assert layouts[:7] == [4 << 10] * 2 + [0] * 2 + [4 << 20] * 2 + [4 << 10]
+
+
 def test_an_optimizer_that_is_not_element_wise_is_refused_clearly(tmp_path: Path) -> None:
     job = run_job(tmp_path, *MLP, "--optimizer", "lamb", timeout=60)
     assert not job.result.ok and not job.result.timed_out
@@ -204,11 +230,12 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     assert checks["list_pushpull"] == [3.0, 6.0]
     errors = checks["errors"]
     assert "dense gradients only" in errors["sparse"]
-    assert "one device per worker" in errors["two_devices"]
+    assert checks["two_devices_pushpull"] == [12.0, 12.0]  # (1 + 3) + (2 + 6)
+    assert "shape (4,) differs from the initialised shape (5,)" in errors["shapes_differ"]
     assert "never initialised" in errors["unknown_key"]
     assert "dense gradients only" in errors["row_sparse_pull"]
     assert "update_on_kvstore=False" in errors["set_optimizer"]
-    step = summary["steps"][-1]
+    step = [s for s in summary["steps"] if s["step"] % 2 == 0][-1]  # sampled: per tensor
     assert step["bytes_up"] == step["bytes_down"] > 0
     assert step["samples"] == 16 and step["samples_per_s"] > 0
     assert len(step["grad_ready_s"]) == 8  # 4 layers x (weight, bias)

@@ -76,7 +76,7 @@ def test_group_maps_each_segment_to_a_slice_of_its_block_buffer(partition: int) 
     assert np.array_equal(stream, want)
     for member, value in enumerate(values):
         out = mx.nd.zeros(value.shape)
-        group.copy_out(member, out, mx.nd.concat)
+        group.copy_out(member, [out], mx.nd.concat)
         assert np.array_equal(out.asnumpy(), value.asnumpy())
     # another layout takes the next keys; the native one has one whole key per tensor
     other = groups.whole(tensors[0])
