@@ -28,11 +28,16 @@ Row = tuple[int, str, int, int, int, float, float, float]
 def push_blocks(rnd: Round, blocks: list[int], *, pushpull: Callable[[list[int], list[Any]],
                                                                      None],
                 gate_fired: Callable[[Round, int, Callable[[], None]], None],
-                done: Callable[[Send], None], priority: int, comm_priority: int) -> None:
-    """Push the ops of ``rnd``'s ``blocks`` (just closed); see the module docstring."""
+                done: Callable[[Send], None], priority: int, comm_priority: int,
+                prepare: Callable[[Round, int], None] | None = None) -> None:
+    """Push the ops of ``rnd``'s ``blocks`` (just closed); see the module docstring.
+    ``prepare(rnd, block)`` queues ops on a block's data before its gate (compression)."""
     group = rnd.group
     saved = [(slot.view.copy(), slot.view) for b in blocks for m in rnd.missing(b)
              for slot in group.slots[m] if slot.block == b]
+    if prepare is not None:
+        for block in blocks:
+            prepare(rnd, block)
     arrays = [group.buffers[b].array for b in blocks]
     for block, array in zip(blocks, arrays, strict=True):
         _engine.push_async(functools.partial(gate_fired, rnd, block), mutable=[array],

@@ -13,6 +13,8 @@ communication. With scheduling off (the native candidate) a tensor goes whole un
 key, as native ``dist_sync`` sends it, through its own buffer (``_issue_whole`` says why).
 With several devices per worker, each key's gradients are summed on the worker first
 (``_devices``), as ``dist_sync`` does, and every device gets the result.
+MXNet's 2-bit gradient compression quantizes each block before it is sent, with residuals
+per tensor element that stay right across layouts (``_compression``).
 
 A fused key's outputs are written once its block closes: when every member has been pushed
 (the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
@@ -46,13 +48,15 @@ from typing import Any
 
 import mxnet as mx
 import numpy
+import numpy.typing as npt
 from mxnet.kvstore import KVStoreBase
 from mxnet.kvstore.kvstore import _get_kvstore_server_command_type
 
 from autobyte_mx import _engine
 from autobyte_mx._blocks import block_rows, push_blocks
 from autobyte_mx._checks import check_environment
-from autobyte_mx._control import SLOTS, decode, encode
+from autobyte_mx._compression import Compression, parse_compression, unwire, wire
+from autobyte_mx._control import decode, encode
 from autobyte_mx._devices import DeviceSum
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._pace import Pace
@@ -148,6 +152,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
         self._servers = int(os.environ.get("DMLC_NUM_SERVER") or 1)
         self._optimizer: Any = None  # the user's optimizer, when it runs on the server
+        self._compression: Compression | None = None  # set_gradient_compression's
         self._token = ""  # names this job's optimizer in the server's messages
         self._epoch = 0  # rises with every switch of layout (the optimizer on the server)
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -184,6 +189,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 f"AutoByte runs the optimizer on the server only with one server (this job has "
                 f"{self._servers}): the optimizer state must stay with its elements when the "
                 "layout changes; create the Trainer with update_on_kvstore=False")
+        if self._compression is not None:
+            raise UnsupportedError(
+                "AutoByte runs 2-bit gradient compression with the optimizer on the workers "
+                "only (a layout used before gets its server weights back through a push, which "
+                "compression would quantize); create the Trainer with update_on_kvstore=False")
         if not isinstance(optimizer, mx.optimizer.Optimizer):
             raise ConfigError("set_optimizer needs an mxnet.optimizer.Optimizer, got "
                               f"optimizer={optimizer!r}")
@@ -198,8 +208,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._barrier()  # no worker pushes before the server has it
 
     def set_gradient_compression(self, compression_params: Any) -> None:
-        raise UnsupportedError("gradient compression is not supported by AutoByte; got "
-                               f"compression_params={compression_params!r}")
+        """MXNet's 2-bit compression, per block with residuals per element
+        (``_compression``); before the first ``init``, as with ``dist_sync``."""
+        threshold = parse_compression(compression_params)
+        if self._control is not None:
+            raise ConfigError("set_gradient_compression must come before the first init "
+                              "(gluon.Trainer(..., compression_params=...) does it so)")
+        self._kv.set_gradient_compression(dict(compression_params))
+        self._compression = Compression(threshold)
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
         raise UnsupportedError(self._states_where())
@@ -409,10 +425,25 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._count(rnd.step, len(blocks))  # before the pushes: a block may finish at once
             push_blocks(rnd, blocks, pushpull=self._pushpull_blocks,
                         gate_fired=self._sequencer.gate_fired, done=self._send_done,
-                        priority=priority, comm_priority=COMM_PRIORITY)
+                        priority=priority, comm_priority=COMM_PRIORITY,
+                        prepare=None if self._compression is None else self._quantize)
+
+    def _quantize(self, rnd: Round, block: int) -> None:
+        assert self._compression is not None
+        self._compression.quantize(rnd.group, block, skip=rnd.missing(block))
 
     def _pushpull_blocks(self, keys: list[int], arrays: list[Any]) -> None:
-        self._kv.pushpull(keys, arrays, priority=COMM_PRIORITY)
+        self._exchange(keys, arrays, None, COMM_PRIORITY)
+
+    def _exchange(self, keys: Any, values: Any, out: Any, priority: int) -> None:
+        """Native pushpull (into ``values`` when ``out`` is None); with compression a push
+        and a pull (``dist_sync`` refuses a pushpull then: "Compression not supported with
+        PushPull")."""
+        if self._compression is None:
+            self._kv.pushpull(keys, values, out=out, priority=priority)
+        else:
+            self._kv.push(keys, values, priority=priority)
+            self._kv.pull(keys, out=values if out is None else out, priority=priority)
 
     def _flush(self, tensor: Tensor | None = None) -> None:
         """Close the open rounds of this step (only the one holding ``tensor``'s issued
@@ -443,7 +474,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         ``_flush``, once their last expected tensor is issued."""
         group = tensor.whole = tensor.whole or self._groups.whole(tensor)
         buffer = group.buffers[0]
-        direct = self._optimizer is not None and bool(targets)
+        direct = self._optimizer is not None and bool(targets) and self._compression is None
         if self._optimizer is not None:
             self._note_weight(tensor, targets, group)
         step = self._step
@@ -461,9 +492,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
+            if self._compression is not None:
+                self._compression.quantize(group, 0, priority=priority)
             done_on = buffer.array
             out = group.flat(0, targets[0]) if targets else buffer.array
-            self._kv.pushpull(buffer.key, buffer.array, out=out, priority=priority)
+            self._exchange(buffer.key, buffer.array, out, priority)
             tensor.home = group
         for target in targets[1:]:  # the other devices, as the native store broadcasts
             targets[0].copyto(target)
@@ -546,7 +579,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         new = None
         if self._control_due:
             with self._watchdog.blocking("the control key"):
-                summed = [float(x) for x in self._control.asnumpy()]
+                summed = self._unwire(self._control.asnumpy())
             message = decode(summed, num_workers=self._num_workers, rank=self._rank,
                              config=self._config)
             if message.head_bytes is not None:
@@ -613,23 +646,34 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         # Written around the engine: the last exchange was waited for (``_new_step``, the
         # handshake), and an engine write would wait for this step's queued backward pass,
         # holding back every gradient push of the step until then.
-        self._control_view[:] = values
-        self._kv.pushpull(CONTROL_KEY, self._control, priority=COMM_PRIORITY)
+        self._control_view[:] = self._wire(values)
+        self._exchange(CONTROL_KEY, self._control, None, COMM_PRIORITY)
         self._control_due = True
 
     def _handshake(self) -> None:
         """Once, before any key exists: create the control key and compare configurations."""
         if self._control is not None:
             return
-        self._control = mx.nd.zeros((SLOTS,))
+        first = self._wire(encode(rank=self._rank, config=self._config, step=0, proposal=None))
+        self._control = mx.nd.zeros(first.shape)
         with self._watchdog.blocking("the first control exchange"):
             self._kv.init(CONTROL_KEY, self._control)
-            self._control[:] = mx.nd.array(encode(rank=self._rank, config=self._config, step=0,
-                                                  proposal=None))
-            self._kv.pushpull(CONTROL_KEY, self._control)
-            summed = [float(x) for x in self._control.asnumpy()]
+            self._control[:] = mx.nd.array(first)
+            self._exchange(CONTROL_KEY, self._control, None, 0)
+            summed = self._unwire(self._control.asnumpy())
         decode(summed, num_workers=self._num_workers, rank=self._rank, config=self._config)
         self._control_view = _engine.host_view(self._control)
+
+    def _wire(self, values: list[float]) -> npt.NDArray[numpy.float32]:
+        """The control vector as pushed: as is, or as bits that compression keeps exact."""
+        if self._compression is None:
+            return numpy.asarray(values, dtype=numpy.float32)
+        return wire(values, self._compression.threshold)
+
+    def _unwire(self, summed: npt.NDArray[numpy.float32]) -> list[float]:
+        if self._compression is None:
+            return [float(x) for x in summed]
+        return unwire(summed, self._compression.threshold)
 
     # -- internals: tensors and layouts ------------------------------------------------------
     def _tensor(self, key: Hashable) -> Tensor:
@@ -642,6 +686,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _new_tensor(self, key: Hashable, value: Any) -> Tensor:
         names = getattr(self, "_names", None)
         name = names[key] if names is not None and isinstance(key, int) else str(key)
+        if self._compression is not None:
+            self._compression.check(key, value.dtype)
         return Tensor(key, name, tuple(value.shape), value.dtype,
                       numpy.dtype(value.dtype).itemsize, layer=len(self._tensors))
 

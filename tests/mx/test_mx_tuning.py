@@ -270,7 +270,7 @@ class _FakeKV:
     def __init__(self) -> None:
         self.pushed: list[list[float]] = []
 
-    def pushpull(self, key: Hashable, value: Any, priority: int = 0) -> None:
+    def pushpull(self, key: Hashable, value: Any, out: Any = None, priority: int = 0) -> None:
         self.pushed.append([float(x) for x in value.asnumpy()])
 
 
@@ -296,7 +296,7 @@ def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) 
         _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
         _pace=Pace(), _backward_s=None, _kv=_FakeKV(),
         _tuning=Tuning(agent, config), _control=control, _control_view=_engine.host_view(control),
-        _control_due=False)
+        _control_due=False, _compression=None)
     store._push_control()
     assert [s for k, s in agent.calls if k == "due"] == [8]
     (vector,) = store._kv.pushed

@@ -553,3 +553,87 @@ def test_optimizers_that_cannot_run_on_blocks_are_named(optimizer: Any, why: str
 
     assert why in (check_element_wise(optimizer()) or "")
     assert check_element_wise(mx.optimizer.Adam()) is None
+
+
+# --- 2-bit gradient compression ------------------------------------------------------------
+
+
+def _two_bit(grad: np.ndarray, residual: np.ndarray, t: np.float32) -> np.ndarray:
+    """MXNet's 2-bit quantization of one whole tensor (its quantize_2bit kernel, in order)."""
+    out = np.zeros_like(grad)
+    for i in range(grad.size):
+        residual[i] += grad[i]
+        if residual[i] >= t:
+            out[i] = t
+            residual[i] -= t
+        elif residual[i] <= -t:
+            out[i] = -t
+            residual[i] -= -t
+    return out
+
+
+def test_two_bit_blocks_keep_each_elements_residual_across_layouts() -> None:
+    """Blocks of 4 KiB (splits and fusions), then one fused block, then 4 KiB again: what each
+    element sends equals MXNet's quantization of the whole tensor, bitwise, every step."""
+    from autobyte_mx._compression import Compression
+
+    tensors = _tensors(*SHAPES)
+    groups = Groups(zeros=_zeros, init=list)
+    layouts = [groups.get(Config(partition_bytes=p, credit_bytes=p), tensors)
+               for p in (4096, 1 << 20, 4096)]
+    t = np.float32(0.3)
+    compression = Compression(0.3)
+    residuals = [np.zeros(int(np.prod(s)), np.float32) for s in SHAPES]
+    rng = np.random.RandomState(0)
+    for step in range(6):
+        group = layouts[step // 2]
+        grads = [rng.randn(*s).astype(np.float32) * 0.2 for s in SHAPES]
+        for member, grad in enumerate(grads):
+            group.copy_in(member, mx.nd.array(grad))
+        for block in range(len(group.buffers)):
+            compression.quantize(group, block)
+        for member, grad in enumerate(grads):
+            out = mx.nd.zeros(SHAPES[member])
+            group.copy_out(member, [out], mx.nd.concat)
+            want = _two_bit(grad.ravel(), residuals[member], t)
+            assert np.array_equal(out.asnumpy().ravel(), want), (step, member)
+
+
+def test_two_bit_leaves_members_not_issued_alone() -> None:
+    from autobyte_mx._compression import Compression
+
+    group = _group(_tensors((10,), (5,)), partition=1 << 20)
+    group.copy_in(0, mx.nd.ones((10,)))
+    group.copy_in(1, mx.nd.ones((5,)) * 0.1)
+    Compression(0.5).quantize(group, 0, skip=[1])
+    data = group.buffers[0].array.asnumpy()
+    assert np.array_equal(data[:10], np.full(10, 0.5, np.float32))
+    assert np.array_equal(data[10:], np.full(5, 0.1, np.float32))
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.01, 3.0])
+def test_control_values_cross_two_bit_compression_exactly(threshold: float) -> None:
+    from autobyte_mx._compression import unwire, wire
+
+    config = Config(partition_bytes="64KiB", credit_bytes="1MiB")
+    vectors = [encode(rank=r, config=config, step=4095, head_bytes=2**40,
+                      proposal=Config(partition_bytes="4MiB", credit_bytes="16MiB") if r == 0
+                      else None) for r in range(3)]
+    summed = np.sum([wire(v, threshold) for v in vectors], axis=0, dtype=np.float32)
+    assert set(np.unique(wire(vectors[0], threshold))) <= {0.0, np.float32(threshold)}
+    assert unwire(summed, threshold) == [float(sum(c)) for c in zip(*vectors, strict=True)]
+    message = decode(unwire(summed, threshold), num_workers=3, rank=1, config=config)
+    assert (message.partition_bytes, message.credit_bytes) == (4 << 20, 16 << 20)
+    assert message.head_bytes == 2**40
+
+
+def test_compression_params_are_checked() -> None:
+    from autobyte_mx._compression import parse_compression
+
+    assert parse_compression({"type": "2bit", "threshold": 0.25}) == 0.25
+    with pytest.raises(UnsupportedError, match="'1bit'"):
+        parse_compression({"type": "1bit"})
+    with pytest.raises(ConfigError, match="threshold > 0"):
+        parse_compression({"type": "2bit", "threshold": -1})
+    with pytest.raises(ConfigError, match="unknown keys"):
+        parse_compression({"type": "2bit", "thresold": 1})
