@@ -2,10 +2,10 @@
 as ``dist_sync`` does (its CommCPU reduce), and every device gets the result back.
 
 The sum is an engine op of AutoByte's own (numpy on the arrays' host memory), not MXNet's
-``add_n``: ``add_n`` takes a temp-space resource, and another op holding that resource (the
-``concat`` that copies a split tensor's result back) can be waiting behind a block's gate, which
-itself waits for this sum; with 4 KiB blocks and two CPU contexts that hung the first step.
-A device array that is not on the CPU is copied there first (a plain copy takes no resource).
+``add_n``: ``add_n`` takes a temp-space resource, and another op queued on that resource (the
+``concat`` that copies a split tensor's result back) may be waiting behind a block's gate that
+itself waits for this sum: a deadlock. A device array that is not on the CPU is copied there
+first (a plain copy takes no resource).
 """
 
 from __future__ import annotations
