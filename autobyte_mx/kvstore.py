@@ -63,6 +63,7 @@ from autobyte_mx._pace import Pace
 from autobyte_mx._sequencer import Round, Sequencer
 from autobyte_mx._server import ServerOptimizer, check_element_wise
 from autobyte_mx._stats import StepRecorder, StepStats
+from autobyte_mx._transport import Calls
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.config import Config
@@ -115,6 +116,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)
+        self._calls = Calls(self._kv)
         self._rank: int = self._kv.rank
         self._num_workers: int = self._kv.num_workers
         # Before the first control exchange: rank 0 may host the coordinator (and load the
@@ -295,6 +297,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         with self._watchdog.blocking("the last operations and the final barrier"):
             self._flush()
             mx.nd.waitall()
+            self._calls.close()
             self._kv = None
         self._watchdog.close()
         self._agent.close()  # after the final barrier: no worker is still training
@@ -435,15 +438,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _pushpull_blocks(self, keys: list[int], arrays: list[Any]) -> None:
         self._exchange(keys, arrays, None, COMM_PRIORITY)
 
-    def _exchange(self, keys: Any, values: Any, out: Any, priority: int) -> None:
-        """Native pushpull (into ``values`` when ``out`` is None); with compression a push
-        and a pull (``dist_sync`` refuses a pushpull then: "Compression not supported with
-        PushPull")."""
+    def _exchange(self, keys: list[int], values: list[Any], outs: list[Any] | None,
+                  priority: int) -> None:
+        """Native pushpull into ``outs`` (``values`` when None; ``_transport``); with
+        compression a push and a pull (``dist_sync`` refuses a pushpull then: "Compression not
+        supported with PushPull")."""
+        outs = values if outs is None else outs
         if self._compression is None:
-            self._kv.pushpull(keys, values, out=out, priority=priority)
+            self._calls.pushpull(keys, values, outs, priority)
         else:
             self._kv.push(keys, values, priority=priority)
-            self._kv.pull(keys, out=values if out is None else out, priority=priority)
+            self._kv.pull(keys, out=outs, priority=priority)
 
     def _flush(self, tensor: Tensor | None = None) -> None:
         """Close the open rounds of this step (only the one holding ``tensor``'s issued
@@ -487,8 +492,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             t0 = self._recorder_clock()
         if direct:  # native's own path: pushed from the gradient, pulled into the weight
             done_on = group.flat(0, targets[0])
-            self._kv.pushpull(buffer.key, group.flat_in(0, value), out=done_on,
-                              priority=priority)
+            self._exchange([buffer.key], [group.flat_in(0, value)], [done_on], priority)
             tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
@@ -496,7 +500,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                 self._compression.quantize(group, 0, priority=priority)
             done_on = buffer.array
             out = group.flat(0, targets[0]) if targets else buffer.array
-            self._exchange(buffer.key, buffer.array, out, priority)
+            self._exchange([buffer.key], [buffer.array], [out], priority)
             tensor.home = group
         for target in targets[1:]:  # the other devices, as the native store broadcasts
             targets[0].copyto(target)
@@ -647,7 +651,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         # handshake), and an engine write would wait for this step's queued backward pass,
         # holding back every gradient push of the step until then.
         self._control_view[:] = self._wire(values)
-        self._exchange(CONTROL_KEY, self._control, None, COMM_PRIORITY)
+        self._exchange([CONTROL_KEY], [self._control], None, COMM_PRIORITY)
         self._control_due = True
 
     def _handshake(self) -> None:
@@ -659,7 +663,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         with self._watchdog.blocking("the first control exchange"):
             self._kv.init(CONTROL_KEY, self._control)
             self._control[:] = mx.nd.array(first)
-            self._exchange(CONTROL_KEY, self._control, None, 0)
+            self._exchange([CONTROL_KEY], [self._control], None, 0)
             summed = self._unwire(self._control.asnumpy())
         decode(summed, num_workers=self._num_workers, rank=self._rank, config=self._config)
         self._control_view = _engine.host_view(self._control)

@@ -25,7 +25,14 @@ skip_without_mxnet()
 
 from autobyte_mx._control import decode, encode  # noqa: E402
 from autobyte_mx._stats import StepRecorder, busy_time  # noqa: E402
-from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
+from autobyte_mx._tuning import (  # noqa: E402
+    SAMPLE_EVERY,
+    TIMED_TENSORS_PER_STEP,
+    Tuning,
+    backward_times,
+    layer_groups,
+    sample_every,
+)
 
 # forward order: dense0 (weight, bias), dense1 (weight, bias), dense2 (weight, bias)
 TENSORS = [("net_dense0_weight", 76800), ("net_dense0_bias", 1200),
@@ -120,6 +127,26 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     # a gap in the steps (one was lost) does not produce a two-step interval
     _feed(tuning, range(8, 9), second)
     assert agent.calls[-1][1][2] == 0.001
+
+
+def test_many_tensors_are_sampled_less_often_but_once_per_window() -> None:
+    """Per-tensor timing costs engine callbacks: a 160-tensor model is sampled once per
+    10-step window, a small one every other step, and what the caller fixes stays."""
+    assert sample_every(6, 10) == SAMPLE_EVERY
+    assert sample_every(160, 10) == 10
+    assert sample_every(160, 4) == 4  # never less than once per window
+    assert sample_every(3 * TIMED_TENSORS_PER_STEP, 10) == 3
+    assert sample_every(0, 10) == SAMPLE_EVERY
+    agent = _Recorder()
+    tuning = Tuning(agent, Config(tuner="none", window_steps=10))
+    many = [(f"net_conv{i}_weight", 4096) for i in range(160)]
+    tuning.set_layers(many)
+    assert [s for s in range(40) if tuning.sampled(s)] == [0, 10, 20, 30]
+    tuning.set_layers(TENSORS)
+    assert [s for s in range(6) if tuning.sampled(s)] == [0, 2, 4]
+    fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
+    fixed.set_layers(many)
+    assert [s for s in range(7) if fixed.sampled(s)] == [0, 3, 6]
 
 
 def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:
@@ -266,11 +293,14 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
     assert after[0]["observation"]["layer_bytes"] == [78000, 240800, 8040]
 
 
-class _FakeKV:
+class _FakeCalls:
     def __init__(self) -> None:
         self.pushed: list[list[float]] = []
 
-    def pushpull(self, key: Hashable, value: Any, out: Any = None, priority: int = 0) -> None:
+    def pushpull(self, keys: list[Hashable], values: list[Any], outs: Any = None,
+                 priority: int = 0) -> None:
+        """As ``_transport.Calls.pushpull``."""
+        (value,) = values
         self.pushed.append([float(x) for x in value.asnumpy()])
 
 
@@ -294,12 +324,12 @@ def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) 
     agent.decisions[8] = fast
     store.__dict__.update(
         _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
-        _pace=Pace(), _backward_s=None, _kv=_FakeKV(),
+        _pace=Pace(), _backward_s=None, _calls=_FakeCalls(),
         _tuning=Tuning(agent, config), _control=control, _control_view=_engine.host_view(control),
         _control_due=False, _compression=None)
     store._push_control()
     assert [s for k, s in agent.calls if k == "due"] == [8]
-    (vector,) = store._kv.pushed
+    (vector,) = store._calls.pushed
     if rank == 0:
         message = decode(vector, num_workers=1, rank=0, config=config)
         assert message.apply_to(config) == fast

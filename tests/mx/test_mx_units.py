@@ -26,6 +26,7 @@ from autobyte_mx import _engine  # noqa: E402
 from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
 from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
+from autobyte_mx._transport import Calls  # noqa: E402
 from autobyte_mx._tuning import SAMPLE_EVERY  # noqa: E402
 
 # --- block buffers -------------------------------------------------------------------------
@@ -204,19 +205,32 @@ class FakeNative:
         keys, values = _lists(key, value)
         if keys != [0]:
             self.pushed.append(keys)
-        for k, v in zip(keys, values, strict=True):
-            factor = 1 if k == 0 else self.workers
-            for target in [v] if out is None else out if isinstance(out, list) else [out]:
-                if target is not v:
-                    v.copyto(target)
-                _engine.push_callback(functools.partial(_scale, target, factor),
-                                      mutable=[target])
+        outs = values if out is None else _lists(key, out)[1]
+        for k, v, target in zip(keys, values, outs, strict=True):
+            if target is not v:
+                v.copyto(target)
+            _engine.push_callback(functools.partial(_scale, target, 1 if k == 0 else self.workers),
+                                  mutable=[target])
 
     def pull(self, key: Any, out: Any = None, priority: int = 0) -> None:
         for k, o in zip(*_lists(key, out), strict=True):
             self.stored[k].copyto(o)
 
     def _barrier(self) -> None:
+        pass
+
+
+class FakeCalls:
+    """``_transport.Calls`` on the fake store: its ``pushpull`` as MXNet's."""
+
+    def __init__(self, kv: FakeNative) -> None:
+        self._kv = kv
+
+    def pushpull(self, keys: list[int], values: list[Any], outs: list[Any],
+                 priority: int) -> None:
+        self._kv.pushpull(keys, values, out=outs, priority=priority)
+
+    def close(self) -> None:
         pass
 
 
@@ -249,6 +263,28 @@ def test_host_view_writes_while_the_cpu_worker_is_busy() -> None:
         _engine.host_view(mx.nd.empty((0,)))
 
 
+def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
+    """``_transport.Calls`` on MXNet's real local store: the same results as its pushpull,
+    in place and into another array, and new arrays under the same key get a new call."""
+    kv = mx.kv.create("local")
+    kv.init([5, 6], [mx.nd.zeros((4,)), mx.nd.zeros((2, 3))])
+    calls = Calls(kv)
+    a, b = mx.nd.arange(4), mx.nd.ones((2, 3))
+    out = mx.nd.zeros((2, 3))
+    calls.pushpull([5, 6], [a, b], [a, out], 0)
+    assert a.asnumpy().tolist() == [0, 1, 2, 3] and (out.asnumpy() == 1).all()
+    c = mx.nd.full((4,), 7.0)
+    calls.pushpull([5], [c], [c], 3)  # other keys: a call of its own
+    calls.pushpull([5, 6], [a * 2, b * 3], [a, out], 0)  # new sources under the same keys
+    assert a.asnumpy().tolist() == [0, 2, 4, 6] and (out.asnumpy() == 3).all()
+    assert (c.asnumpy() == 7).all()
+    with pytest.raises(ValueError, match="2 keys need as many"):
+        calls.pushpull([7, 8], [a], [a], 0)
+    calls.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        calls.pushpull([9], [a], [a], 0)
+
+
 def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
     return (list(key), list(value)) if isinstance(key, list) else ([key], [value])
 
@@ -260,6 +296,7 @@ def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     fake = FakeNative()
     monkeypatch.setattr(mx.kv, "create", lambda name: fake)
+    monkeypatch.setattr(autobyte_mx.kvstore, "Calls", FakeCalls)
     monkeypatch.setattr(autobyte_mx.kvstore, "check_environment", lambda: None)
     stores: list[Any] = []
 
