@@ -124,9 +124,10 @@ class Tuning:
 
     def sampled(self, step: int) -> bool:
         """Whether ``step`` is timed per tensor (gradient-ready stamps; with scheduling off
-        also each tensor's transfer); other steps are timed as a whole, which keeps two
-        engine callbacks per tensor off half the steps."""
-        return step % self._sample_every == 0
+        also each tensor's transfer); other steps are timed as a whole. The last of every
+        ``sample_every`` steps: steps count from 1, so the job's first window (steps 1 to
+        ``window_steps - 1``) has one too, and the tuner its layer times from the start."""
+        return step % self._sample_every == self._sample_every - 1
 
     def set_layers(self, tensors: Sequence[tuple[str, int]]) -> None:
         """The gradients pushed every step, ``(name, nbytes)`` in forward order; tells the

@@ -277,10 +277,14 @@ class TuningLoop:
         ``guard_windows`` otherwise, then the decision's lead and a window of rounding), must
         stay within ``explore_share`` of the time trained. A model far off on a fast job then
         costs a bounded share of it whenever the job stops; measured gains earn room for more
-        tries. Search tuners (no ``predict``) explore by design: the budget is the model's."""
-        if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)) \
-                or self.measured(self.native) is None:  # nothing to lose against yet
+        tries. Before native is measured (a job's first window is not counted) nothing is
+        tried: a model with no layer times yet cannot score, and the trigger would explore its
+        fallback's proposal. Search tuners (no ``predict``) explore by design: the budget is
+        the model's."""
+        if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)):
             return ""
+        if self.measured(self.native) is None:
+            return "native is not measured yet (every try is measured against it)"
         windows = self.guard_windows if windows is None else windows
         lead_s = max(self.lead_steps * self._step_s, self.lead_s)
         on_s = (windows + 1) * self._window_s + lead_s

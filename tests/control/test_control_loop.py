@@ -381,6 +381,31 @@ def test_the_jobs_first_window_is_not_a_measurement() -> None:
     assert loop.measured(A) == 100.0
 
 
+class _NoLayerTimesYet(PredictingTuner):
+    """A meta tuner before its first layer times: no predictions, and its fallback (a search)
+    proposes C."""
+
+    def predict(self, configs: object) -> None:  # type: ignore[override]
+        return None
+
+    def propose(self) -> Config:
+        return C
+
+
+def test_nothing_is_tried_before_native_is_measured() -> None:
+    """On native in the job's first window (not a measurement) the trigger would explore the
+    fallback's unscored proposal; the guard waits until native has a measure to try against."""
+    native = A.replace(scheduling=False)
+    unguarded = TuningLoop(config=native, tuner=_NoLayerTimesYet({}, [native, A, B, C]),
+                           trigger=ThresholdTrigger(), guard=False)
+    decision = unguarded.on_observation(observation(native, 120.0, 0))
+    assert decision is not None and knobs(decision.config) == knobs(C)
+    loop = TuningLoop(config=native, tuner=_NoLayerTimesYet({}, [native, A, B, C]),
+                      trigger=ThresholdTrigger())
+    assert loop.on_observation(observation(native, 120.0, 0)) is None
+    assert loop.current == native
+
+
 def test_a_probe_waits_until_the_predicted_gain_pays_for_the_switch() -> None:
     """The first window traced for 20 s; the model ranks B 25% above native: the probe comes
     once half of 25% of the time trained covers 20 s (160 s), not before."""

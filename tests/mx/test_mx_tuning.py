@@ -119,8 +119,8 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     assert steps[0][2] == 0.001  # no previous completion: the issue interval
     assert all(s[2] == pytest.approx(STEP_S) for s in steps[1:])
     assert [s[1] for s in steps] == [BATCH] * 6
-    assert [s[3]["layer_backward_s"] is not None for s in steps] == [False, True, False, True,
-                                                                   False, True]
+    assert [s[3]["layer_backward_s"] is not None for s in steps] == [True, False, True, False,
+                                                                   True, False]
     assert ("config", (second, 5)) in agent.calls
     assert steps[1][3]["bytes_up"] == steps[1][3]["bytes_down"] == 326840
     assert all(s[3]["comm_s"] == COMM_S for s in steps)
@@ -141,12 +141,12 @@ def test_many_tensors_are_sampled_less_often_but_once_per_window() -> None:
     tuning = Tuning(agent, Config(tuner="none", window_steps=10))
     many = [(f"net_conv{i}_weight", 4096) for i in range(160)]
     tuning.set_layers(many)
-    assert [s for s in range(40) if tuning.sampled(s)] == [0, 10, 20, 30]
+    assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]  # one a window
     tuning.set_layers(TENSORS)
-    assert [s for s in range(6) if tuning.sampled(s)] == [0, 2, 4]
+    assert [s for s in range(1, 7) if tuning.sampled(s)] == [1, 3, 5]
     fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
     fixed.set_layers(many)
-    assert [s for s in range(7) if fixed.sampled(s)] == [0, 3, 6]
+    assert [s for s in range(1, 7) if fixed.sampled(s)] == [2, 5]
 
 
 def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:
