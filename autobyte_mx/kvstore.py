@@ -363,7 +363,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def pull(self, key: Any, out: Any = None, priority: int = 0,
              ignore_sparse: bool = True) -> None:
-        """The sum a key last received (a block still open with it is sent first)."""
+        """The sum a key last received (a block still open with it is sent first). A whole
+        tensor's buffer holds it also after a pushpull into another output: native
+        ``dist_sync`` receives the sum into the array it pushed, then copies it to ``out``."""
         keys = list(key) if isinstance(key, (list, tuple)) else [key]
         for k, targets in zip(keys, _outs(keys, out), strict=True):
             tensor = self._tensor(k)

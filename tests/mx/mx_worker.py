@@ -99,6 +99,9 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
     o1, o2 = mx.nd.zeros((5,)), mx.nd.zeros((5,))
     kv.pushpull(["k1", "k2"], [b, b * 2], out=[o1, o2])
     res["list_pushpull"] = [float(o1.asnumpy()[0]), float(o2.asnumpy()[0])]
+    pulled = mx.nd.zeros((5,))
+    kv.pull("k1", out=pulled)  # the sum, not this worker's gradient
+    res["pull_after_pushpull"] = float(pulled.asnumpy()[0])
     # two devices of one worker: summed here, then over workers; both outputs get the sum
     kv.pushpull("k1", [b, b * 3], out=[o1, o2])
     res["two_devices_pushpull"] = [float(o1.asnumpy()[0]), float(o2.asnumpy()[0])]

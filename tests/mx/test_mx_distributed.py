@@ -75,8 +75,8 @@ def test_scheduling_off_matches_native_bitwise(tmp_path: Path, native_refs: Nati
     assert_ok(job)
     assert_same(job.params(1), want.params(1), exact=True)
     steps = job.summary(0)["steps"]
-    # whole tensors, each timed on sampled (even) steps; the others are timed as a whole
-    assert [len(s["chunks"]) for s in steps] == [0 if s["step"] % 2 else 6 for s in steps]
+    # whole tensors, each timed on sampled (odd) steps; the others are timed as a whole
+    assert [len(s["chunks"]) for s in steps] == [6 if s["step"] % 2 else 0 for s in steps]
     assert all(s["bytes_up"] == MLP_BYTES for s in steps if s["chunks"])
     assert all(s["duration_s"] > 0 for s in steps)
 
@@ -236,6 +236,17 @@ def test_an_optimizer_that_is_not_element_wise_is_refused_clearly(tmp_path: Path
     assert "update_on_kvstore=False" in text
 
 
+def test_scheduling_off_pull_after_pushpull_reads_the_sum(tmp_path: Path) -> None:
+    """With scheduling off a pushpull's sum goes straight into its output; a later pull of
+    the key must still return the sum (from the server, as native), not the gradient sent."""
+    job = run_job(tmp_path, *MLP, "--scheduling", "0", "--update-on-kvstore", "0", "--checks")
+    assert_ok(job)
+    checks = job.summary(1)["checks"]
+    assert checks["list_pushpull"] == [3.0, 6.0]
+    assert checks["pull_after_pushpull"] == 3.0
+    assert checks["push_pull_sum"] == 3.0
+
+
 def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
                                                         native_refs: NativeRefs) -> None:
     """Switches (each lands three steps after its loop step): 8 KiB (split), 64 KiB, native,
@@ -250,10 +261,10 @@ def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
         assert_same(job.params(rank), job.params(0), exact=True)
     seen = [(s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0,
              len(s["chunks"])) for s in job.summary(2)["steps"]]
-    # native's step 5 is not sampled (timed as a whole, no blocks); the last step never
+    # native's step 6 is not sampled (timed as a whole, no blocks); the last step never
     # ends: no statistics
-    assert seen == [(8 << 10, 40), (8 << 10, 40), (64 << 10, 5), (64 << 10, 5), (0, 0),
-                    (0, 6), (4 << 20, 1)]
+    assert seen == [(8 << 10, 40), (8 << 10, 40), (64 << 10, 5), (64 << 10, 5), (0, 6),
+                    (0, 0), (4 << 20, 1)]
 
 
 def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
@@ -273,6 +284,7 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     assert checks["states_roundtrip"] and checks["registered"]
     assert checks["push_pull_sum"] == 3.0  # 1 + 2
     assert checks["list_pushpull"] == [3.0, 6.0]
+    assert checks["pull_after_pushpull"] == 3.0
     errors = checks["errors"]
     assert "dense gradients only" in errors["sparse"]
     assert checks["two_devices_pushpull"] == [12.0, 12.0]  # (1 + 3) + (2 + 6)
@@ -280,7 +292,7 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     assert "never initialised" in errors["unknown_key"]
     assert "dense gradients only" in errors["row_sparse_pull"]
     assert "update_on_kvstore=False" in errors["set_optimizer"]
-    step = [s for s in summary["steps"] if s["step"] % 2 == 0][-1]  # sampled: per tensor
+    step = next(s for s in summary["steps"] if s["step"] == 3)  # sampled (odd): per tensor
     assert step["bytes_up"] == step["bytes_down"] > 0
     assert step["samples"] == 16 and step["samples_per_s"] > 0
     assert len(step["grad_ready_s"]) == 8  # 4 layers x (weight, bias)

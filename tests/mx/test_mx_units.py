@@ -426,7 +426,7 @@ def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  
     for key, param in enumerate(params):
         store.broadcast(key, param, out=param)
     rng = np.random.RandomState(1)
-    for _ in range(2):  # step 1 is not sampled, step 2 is
+    for _ in range(2):  # step 1 is sampled, step 2 is not
         _train(store, [None], rng)
         mx.nd.waitall()
         assert store._watchdog._outstanding == 0, f"after {store.step} steps"
