@@ -127,10 +127,12 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
 def emulate_two_bit(trainer: gluon.Trainer, threshold: np.float32) -> None:
     """dist_sync's 2-bit compression, done here: each tensor's gradient quantized whole, as
     MXNet's quantize kernel does (residual += gradient; at or above the threshold send it and
-    subtract it, at or below -threshold send that and add it, else send 0), then pushed and the
-    sum pulled. The native store's own compression is no reference: its pushpull (which the
-    Trainer calls) refuses it, and with a push and a pull its weights differed from one run to
-    the next in about 1 of 6 runs (AutoByte's never did)."""
+    subtract it, at or below -threshold send that and add it, else send 0), then summed in one
+    pushpull. The native store's own compression is no reference: its pushpull (which the
+    Trainer calls) refuses it, and with a push and a separate pull into another array native
+    ``dist_sync`` gave another result in about 1 run of 7 under CPU contention with 2 servers
+    (this emulation too, before it used pushpull: 2 of 14 runs; AutoByte's push and pull of
+    one buffer: 0 of 14)."""
     residuals: dict[int, np.ndarray] = {}
 
     def allreduce_grads() -> None:
@@ -145,9 +147,9 @@ def emulate_two_bit(trainer: gluon.Trainer, threshold: np.float32) -> None:
             r[up] -= threshold
             r[down] += threshold
             sent = np.where(up, threshold, np.where(down, -threshold, np.float32(0)))
-            trainer._kvstore.push(i, mx.nd.array(sent.astype(np.float32)), priority=-i)
-            trainer._kvstore.pull(i, param.list_data() if trainer._update_on_kvstore
-                                  else grads, priority=-i)
+            trainer._kvstore.pushpull(i, mx.nd.array(sent.astype(np.float32)),
+                                      out=param.list_data() if trainer._update_on_kvstore
+                                      else grads, priority=-i)
 
     trainer._allreduce_grads = allreduce_grads
 
