@@ -137,7 +137,11 @@ class ServerOptimizer(opt.Optimizer):  # type: ignore[misc]
             else:
                 inner._index_update_count[tensor] -= 1  # the same step: keep its count
             step[1].add(mark)
-            inner.update(tensor, weight[at:end], grad[at:end], _slice(state_all, start, stop))
+            if end - at == length == size:  # a whole tensor: no slices (native's call)
+                inner.update(tensor, weight, grad, state_all)
+            else:
+                inner.update(tensor, weight[at:end], grad[at:end],
+                             _slice(state_all, start, stop))
             at = end
 
 
