@@ -4,10 +4,9 @@ come back as rank 0's proposal on the control key.
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
-steps: on a 160-tensor MobileNetV2 at 3 Gbit/s, timing every other step cost 9 ms of a 300 ms
-step. So a step is sampled once per ``sample_every`` steps, chosen so that on average at most
-``TIMED_TENSORS_PER_STEP`` tensors are timed per step, and at least once per window (the
-window's per-layer mean and link rate come from its sampled steps).
+steps, by default one a window as in the TensorFlow adapter: timing every other step cost
+MobileNetV2's 158 tensors 9 ms of a 300 ms step and the demo cnn's 8 tensors 0.4 ms of a
+21 ms one. The window's per-layer times and link rate come from its sampled step.
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
@@ -34,12 +33,9 @@ import numpy as np
 import numpy.typing as npt
 
 from common.config import Config
+from common.errors import ConfigError
 
-__all__ = ["SAMPLE_EVERY", "TIMED_TENSORS_PER_STEP", "AgentLike", "Tuning", "backward_times",
-           "layer_groups", "sample_every"]
-
-SAMPLE_EVERY = 2  # the most often a step is sampled: >= 4 samples per 10-step window
-TIMED_TENSORS_PER_STEP = 16  # on average; a model with more tensors is sampled less often
+__all__ = ["AgentLike", "Tuning", "backward_times", "layer_groups"]
 
 
 class AgentLike(Protocol):
@@ -94,25 +90,21 @@ def backward_times(ready: Sequence[float]) -> list[float]:
     return [*gaps, min(positive) if positive else 0.0]
 
 
-def sample_every(tensors: int, window_steps: int) -> int:
-    """Steps between sampled steps for ``tensors`` gradients a step: every ``SAMPLE_EVERY``-th
-    step for small models, rarer for many tensors, and at least once per window."""
-    wanted = max(SAMPLE_EVERY, -(-tensors // TIMED_TENSORS_PER_STEP))
-    return max(1, min(wanted, window_steps))
-
-
 class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
-    __slots__ = ("_agent", "_config", "_fixed", "_index", "_last", "_layers", "_sample_every",
+    __slots__ = ("_agent", "_config", "_index", "_last", "_layers", "_sample_every",
                  "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
                  sample_every: int | None = None) -> None:
+        if sample_every is not None and (isinstance(sample_every, bool) or
+                                         not isinstance(sample_every, int) or sample_every < 1):
+            raise ConfigError(f"sample_every must be an int >= 1 (steps), got "
+                              f"sample_every={sample_every!r}")
         self._agent = agent
         self._config = config
-        self._fixed = sample_every is not None
-        self._sample_every = max(1, sample_every or SAMPLE_EVERY)
+        self._sample_every = sample_every or config.window_steps
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
@@ -131,14 +123,11 @@ class Tuning:
 
     def set_layers(self, tensors: Sequence[tuple[str, int]]) -> None:
         """The gradients pushed every step, ``(name, nbytes)`` in forward order; tells the
-        agent the bytes per layer whenever they change, and sets how often steps are sampled
-        (unless fixed by the caller)."""
+        agent the bytes per layer whenever they change."""
         signature = tuple(tensors)
         if signature == self._signature:
             return
         self._signature = signature
-        if not self._fixed:
-            self._sample_every = sample_every(len(signature), self._config.window_steps)
         self._index, layer_bytes = layer_groups(signature)
         self._layers = len(layer_bytes)
         self._agent.set_layer_bytes(layer_bytes)

@@ -98,12 +98,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models are
     judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
     ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
-    ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off.
+    ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off. ``sample_every``: steps between
+    the steps timed tensor by tensor (default: one a window, as ``AutoByteStrategy``).
     """
 
     def __init__(self, *, config: Config | None = None, base: str = "dist_sync",
                  timeout: float | None = None, model_name: str = "unknown",
-                 tuning: Mapping[str, Any] | None = None, **options: Any) -> None:
+                 tuning: Mapping[str, Any] | None = None, sample_every: int | None = None,
+                 **options: Any) -> None:
         if base != "dist_sync":
             raise UnsupportedError(f"AutoByte schedules synchronous training only: base must be "
                                    f"'dist_sync', got base={base!r} (async kvstores apply "
@@ -124,7 +126,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._agent = TuningAgent(rank=self._rank, num_workers=self._num_workers,
                                   config=self._config, model=model_name, arch="ps",
                                   **agent_options)
-        self._tuning = Tuning(self._agent, self._config)
+        self._tuning = Tuning(self._agent, self._config, sample_every=sample_every)
         self._layers_changed = True
         self._scheduler = Scheduler(self._config, start=self._start_send)
         self._sequencer = Sequencer(self._scheduler)

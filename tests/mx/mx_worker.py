@@ -171,6 +171,8 @@ def main() -> int:
     ap.add_argument("--freeze-rank1-at", type=int, default=-1)
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
+    ap.add_argument("--sample-every", type=int, default=2,
+                    help="steps between steps timed per tensor (the tests' default: 2)")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "lamb"])
     ap.add_argument("--update-on-kvstore", default=None, choices=["0", "1"],
                     help="the Trainer's update_on_kvstore (default: its own choice)")
@@ -206,7 +208,8 @@ def main() -> int:
         part = a.partition_on_rank1 if rank == 1 and a.partition_on_rank1 else a.partition
         opts = {k: v for k, v in (("partition_bytes", part), ("credit_bytes", a.credit),
                                   ("scheduling", a.scheduling)) if v is not None}
-        kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a), **opts)
+        kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a),
+                                  sample_every=a.sample_every, **opts)
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
         kv = "autobyte"
     hyper: dict[str, float] = {"learning_rate": 0.05, "wd": 1e-4}

@@ -274,7 +274,8 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     args = ("--model", "cnn", "--steps", "5")
     want = native_refs.get(*args, workers=2, servers=2)
     job = run_job(tmp_path, *args, "--kv", "autobyte-env", "--checks", servers=2,
-                  env={"AUTOBYTE_PARTITION_BYTES": "16KiB", "AUTOBYTE_CREDIT_BYTES": "64KiB"})
+                  env={"AUTOBYTE_PARTITION_BYTES": "16KiB", "AUTOBYTE_CREDIT_BYTES": "64KiB",
+                       "AUTOBYTE_WINDOW_STEPS": "2"})  # one sampled step a window: odd steps
     assert_ok(job)
     for rank in range(2):
         assert_same(job.params(rank), want.params(rank), exact=True)

@@ -25,14 +25,8 @@ skip_without_mxnet()
 
 from autobyte_mx._control import decode, encode  # noqa: E402
 from autobyte_mx._stats import StepRecorder, busy_time  # noqa: E402
-from autobyte_mx._tuning import (  # noqa: E402
-    SAMPLE_EVERY,
-    TIMED_TENSORS_PER_STEP,
-    Tuning,
-    backward_times,
-    layer_groups,
-    sample_every,
-)
+from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
+from common.errors import ConfigError  # noqa: E402
 
 # forward order: dense0 (weight, bias), dense1 (weight, bias), dense2 (weight, bias)
 TENSORS = [("net_dense0_weight", 76800), ("net_dense0_bias", 1200),
@@ -129,24 +123,18 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     assert agent.calls[-1][1][2] == 0.001
 
 
-def test_many_tensors_are_sampled_less_often_but_once_per_window() -> None:
-    """Per-tensor timing costs engine callbacks: a 160-tensor model is sampled once per
-    10-step window, a small one every other step, and what the caller fixes stays."""
-    assert sample_every(6, 10) == SAMPLE_EVERY
-    assert sample_every(160, 10) == 10
-    assert sample_every(160, 4) == 4  # never less than once per window
-    assert sample_every(3 * TIMED_TENSORS_PER_STEP, 10) == 3
-    assert sample_every(0, 10) == SAMPLE_EVERY
+def test_one_step_a_window_is_sampled_unless_the_caller_says_otherwise() -> None:
+    """Per-tensor timing costs engine callbacks: by default the last step of each window (the
+    first window, steps 1-9, has one too), or every ``sample_every`` steps."""
     agent = _Recorder()
     tuning = Tuning(agent, Config(tuner="none", window_steps=10))
-    many = [(f"net_conv{i}_weight", 4096) for i in range(160)]
-    tuning.set_layers(many)
-    assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]  # one a window
-    tuning.set_layers(TENSORS)
-    assert [s for s in range(1, 7) if tuning.sampled(s)] == [1, 3, 5]
+    tuning.set_layers([(f"net_conv{i}_weight", 4096) for i in range(160)])
+    assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]
     fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
-    fixed.set_layers(many)
     assert [s for s in range(1, 7) if fixed.sampled(s)] == [2, 5]
+    for bad in (0, 2.5, True, "2"):
+        with pytest.raises(ConfigError, match="sample_every must be an int >= 1"):
+            Tuning(agent, Config(tuner="none"), sample_every=bad)  # type: ignore[arg-type]
 
 
 def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:

@@ -27,7 +27,6 @@ from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
 from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
-from autobyte_mx._tuning import SAMPLE_EVERY  # noqa: E402
 
 # --- block buffers -------------------------------------------------------------------------
 
@@ -285,6 +284,9 @@ def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
         calls.pushpull([9], [a], [a], 0)
 
 
+SAMPLE_EVERY = 2  # the tests' stores time every other step (the default is one a window)
+
+
 def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
     return (list(key), list(value)) if isinstance(key, list) else ([key], [value])
 
@@ -301,6 +303,7 @@ def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     stores: list[Any] = []
 
     def make(**options: Any) -> Any:
+        options.setdefault("sample_every", SAMPLE_EVERY)
         store = autobyte_mx.AutoByte(tuner="none", **options)
         stores.append(store)
         return store, fake
