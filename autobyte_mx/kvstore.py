@@ -446,9 +446,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                   priority: int) -> None:
         """Native pushpull into ``outs`` (``values`` when None; ``_transport``); with
         compression a push and a pull (``dist_sync`` refuses a pushpull then: "Compression not
-        supported with PushPull"), which callers make into the arrays pushed: native
-        ``dist_sync``'s pull into another array returned a stale sum in 2 of 14 runs with two
-        servers under CPU contention."""
+        supported with PushPull"), made into the arrays pushed: native ``dist_sync``'s pull
+        into another array can return a stale sum under CPU contention with two servers."""
         outs = values if outs is None else outs
         if self._compression is None:
             self._calls.pushpull(keys, values, outs, priority)

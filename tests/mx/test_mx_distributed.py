@@ -238,7 +238,8 @@ def test_an_optimizer_that_is_not_element_wise_is_refused_clearly(tmp_path: Path
 
 def test_scheduling_off_pull_after_pushpull_reads_the_sum(tmp_path: Path) -> None:
     """With scheduling off a pushpull's sum goes straight into its output; a later pull of
-    the key must still return the sum (from the server, as native), not the gradient sent."""
+    the key must still return the sum, not the gradient sent (the buffer pushed holds it:
+    native's pushpull receives into the array it pushed)."""
     job = run_job(tmp_path, *MLP, "--scheduling", "0", "--update-on-kvstore", "0", "--checks")
     assert_ok(job)
     checks = job.summary(1)["checks"]

@@ -128,7 +128,6 @@ def test_one_step_a_window_is_sampled_unless_the_caller_says_otherwise() -> None
     first window, steps 1-9, has one too), or every ``sample_every`` steps."""
     agent = _Recorder()
     tuning = Tuning(agent, Config(tuner="none", window_steps=10))
-    tuning.set_layers([(f"net_conv{i}_weight", 4096) for i in range(160)])
     assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]
     fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
     assert [s for s in range(1, 7) if fixed.sampled(s)] == [2, 5]
