@@ -17,8 +17,11 @@ from typing import Any
 
 os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")  # gradients ready per layer
 # MKL-DNN keeps some parameters (MobileNetV2's depthwise kernels) in its own layout, and the
-# kvstore's init of AutoByte's buffers copied from them fails ("Check failed: !is_view")
-os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
+# kvstore's init of AutoByte's buffers copied from them fails ("Check failed: !is_view");
+# without MKL-DNN, MXNet 1.9.1's recurrent operator fails its backward pass: the lstm keeps it
+# (the model is read off the command line, before MXNet is imported)
+os.environ.setdefault("MXNET_MKLDNN_ENABLED",
+                      "1" if {"lstm", "--model=lstm"} & set(sys.argv) else "0")
 
 from autobyte_mx._compat import import_mxnet
 
@@ -39,13 +42,13 @@ ZOO = {"mobilenetv2": "mobilenetv2_1.0", "resnet": "resnet34_v1"}  # Gluon model
 
 
 def input_shape(name: str) -> tuple[int, int, int]:
-    return (3, 32, 32) if name in ZOO else (1, 28, 28)
+    return (3, 32, 32) if name in (*ZOO, "vgg") else (1, 28, 28)
 
 
 def build_model(name: str = "cnn") -> Any:
-    """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M);
-    mobilenetv2 (2.2 M, 160 tensors) and resnet (ResNet-34, 21.3 M, 110 tensors) from the
-    Gluon model zoo, BatchNorm-heavy models the meta-network never trained on."""
+    """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M,
+    vgg 1.3 M, transformer 0.27 M, lstm 0.21 M); mobilenetv2 (2.2 M, 160 tensors) and resnet
+    (ResNet-34, 21.3 M, 110 tensors) from the Gluon model zoo, BatchNorm-heavy models."""
     if name == "densenet":
         raise SystemExit("autobyte_mx.demo: densenet is TensorFlow's only (the Gluon model "
                          "zoo's DenseNet-121 needs 224x224 inputs); use mobilenetv2 or resnet")
@@ -60,13 +63,76 @@ def build_model(name: str = "cnn") -> Any:
     elif name == "mlp":
         net.add(nn.Flatten(), nn.Dense(1024, activation="relu"),
                 nn.Dense(1024, activation="relu"), nn.Dense(1024, activation="relu"))
-    else:
+    elif name == "deep":
         net.add(nn.Conv2D(32, 3, activation="relu"), nn.Conv2D(32, 3, activation="relu"),
                 nn.MaxPool2D(2), nn.Conv2D(64, 3, activation="relu"),
                 nn.Conv2D(64, 3, activation="relu"), nn.MaxPool2D(2),
                 nn.Flatten(), nn.Dense(512, activation="relu"))
+    elif name == "vgg":
+        for width in (32, 64, 128):
+            net.add(nn.Conv2D(width, 3, padding=1, activation="relu"),
+                    nn.Conv2D(width, 3, padding=1, activation="relu"), nn.MaxPool2D(2))
+        net.add(nn.Flatten(), nn.Dense(512, activation="relu"))
+    elif name == "lstm":
+        net.add(_Rows(), mx.gluon.rnn.LSTM(128, num_layers=2, layout="NTC"), _Last())
+    elif name == "transformer":
+        net.add(_Rows(), nn.Dense(128, flatten=False), _EncoderBlock(), _EncoderBlock(),
+                _MeanOverTokens())
+    else:
+        raise SystemExit(f"autobyte_mx.demo: no model {name!r}")
     net.add(nn.Dense(CLASSES))
     return net
+
+
+_HybridBlock: Any = mx.gluon.HybridBlock
+
+
+class _Rows(_HybridBlock):  # type: ignore[misc]
+    """(N, 1, 28, 28) images -> (N, 28, 28): the rows as a sequence of tokens."""
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.reshape(x, shape=(0, -3, 0))
+
+
+class _Last(_HybridBlock):  # type: ignore[misc]
+    """A sequence's last step."""
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.squeeze(F.slice_axis(x, axis=1, begin=-1, end=None), axis=1)
+
+
+class _MeanOverTokens(_HybridBlock):  # type: ignore[misc]
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.mean(x, axis=1)
+
+
+class _EncoderBlock(_HybridBlock):  # type: ignore[misc]
+    """Post-norm self-attention and feed-forward, as Keras's MultiHeadAttention block in
+    autobyte_tf.demo (query, key, value and output projections with biases)."""
+
+    def __init__(self, width: int = 128, heads: int = 4) -> None:
+        super().__init__()
+        self._heads, self._scale = heads, (width // heads) ** -0.5
+        nn = mx.gluon.nn
+        with self.name_scope():
+            self.query, self.key, self.value, self.out = (
+                nn.Dense(width, flatten=False) for _ in range(4))
+            self.norm1, self.norm2 = nn.LayerNorm(epsilon=1e-5), nn.LayerNorm(epsilon=1e-5)
+            self.hidden = nn.Dense(2 * width, activation="relu", flatten=False)
+            self.back = nn.Dense(width, flatten=False)
+
+    def _split(self, F: Any, x: Any) -> Any:
+        """(N, T, width) -> (N * heads, T, width / heads)."""
+        x = F.transpose(F.reshape(x, shape=(0, 0, -4, self._heads, -1)), axes=(0, 2, 1, 3))
+        return F.reshape(x, shape=(-3, 0, 0))
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        q, k, v = (self._split(F, dense(x)) for dense in (self.query, self.key, self.value))
+        weights = F.softmax(F.batch_dot(q, k, transpose_b=True) * self._scale, axis=-1)
+        heads = F.reshape(F.batch_dot(weights, v), shape=(-4, -1, self._heads, 0, 0))
+        attended = F.reshape(F.transpose(heads, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        x = self.norm1(x + self.out(attended))
+        return self.norm2(x + self.back(self.hidden(x)))
 
 
 def main(argv: list[str] | None = None) -> None:

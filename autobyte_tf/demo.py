@@ -30,20 +30,23 @@ CLASSES = 10
 
 
 def input_shape(name: str) -> tuple[int, int, int]:
-    return APP_INPUT if name in ("mobilenetv2", "densenet", "resnet") else INPUT
+    return APP_INPUT if name in ("mobilenetv2", "densenet", "resnet", "vgg") else INPUT
 
 
 def build_model(name: str = "cnn") -> Any:
     """cnn: about 0.33 M parameters (1.3 MB of gradients), communication-bound below ~1 Gbit/s;
     mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute.
-    mobilenetv2 (2.3 M, 158 tensors), densenet (DenseNet-121, 7.0 M, 364 tensors) and resnet
-    (ResNet-50, 23.6 M, 161 tensors) are keras.applications models, BatchNorm-heavy, that the
-    meta-network never trained on."""
+    Never trained on: mobilenetv2 (2.3 M, 158 tensors), densenet (DenseNet-121, 7.0 M, 364
+    tensors) and resnet (ResNet-50, 23.6 M, 161 tensors), BatchNorm-heavy keras.applications
+    models; vgg (plain 3x3 convolutions, 1.3 M, 16 tensors), transformer (a two-block attention
+    encoder over the image's rows, 0.27 M, 36 tensors) and lstm (two recurrent layers, 0.21 M)."""
     apps = {"mobilenetv2": keras.applications.MobileNetV2,
             "densenet": keras.applications.DenseNet121, "resnet": keras.applications.ResNet50}
     if name in apps:
         return apps[name](weights=None, input_shape=APP_INPUT, classes=CLASSES,
                           classifier_activation=None)
+    if name == "transformer":
+        return _transformer()
     layers = keras.layers
     body = {
         "cnn": [layers.Conv2D(16, 3, activation="relu"), layers.MaxPooling2D(),
@@ -55,9 +58,30 @@ def build_model(name: str = "cnn") -> Any:
                  layers.MaxPooling2D(), layers.Conv2D(64, 3, activation="relu"),
                  layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(),
                  layers.Flatten(), layers.Dense(512, activation="relu")],
+        "vgg": [*(layer for width in (32, 64, 128) for layer in (
+                    layers.Conv2D(width, 3, padding="same", activation="relu"),
+                    layers.Conv2D(width, 3, padding="same", activation="relu"),
+                    layers.MaxPooling2D())),
+                layers.Flatten(), layers.Dense(512, activation="relu")],
+        "lstm": [layers.Reshape(INPUT[:2]), layers.LSTM(128, return_sequences=True),
+                 layers.LSTM(128)],
     }[name]
-    return keras.Sequential([keras.Input(INPUT), *body, layers.Dense(CLASSES)],
+    return keras.Sequential([keras.Input(input_shape(name)), *body, layers.Dense(CLASSES)],
                             name=f"demo_{name}")
+
+
+def _transformer(width: int = 128, heads: int = 4, blocks: int = 2) -> Any:
+    """Post-norm encoder blocks over the image's 28 rows as tokens (as autobyte_mx.demo's)."""
+    layers = keras.layers
+    inputs = keras.Input(INPUT)
+    x = layers.Dense(width)(layers.Reshape(INPUT[:2])(inputs))
+    for _ in range(blocks):
+        attended = layers.MultiHeadAttention(heads, width // heads)(x, x)
+        x = layers.LayerNormalization(epsilon=1e-5)(x + attended)
+        hidden = layers.Dense(width)(layers.Dense(2 * width, activation="relu")(x))
+        x = layers.LayerNormalization(epsilon=1e-5)(x + hidden)
+    outputs = layers.Dense(CLASSES)(layers.GlobalAveragePooling1D()(x))
+    return keras.Model(inputs, outputs, name="demo_transformer")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,7 +39,8 @@ def parse(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "kind" in record else None
 
 
-MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet", "resnet")
+MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet", "resnet", "vgg", "transformer",
+          "lstm")
 NATIVE = (0, 0)  # a sweep's (partition, credit) for native: the framework's own path
 
 
@@ -112,11 +113,12 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
     parser.add_argument("--batch", type=int, default=32, help="per worker")
     parser.add_argument("--model", choices=MODELS, default="cnn",
                         help="cnn (0.33 M parameters), mlp (3.2 M, communication-bound), "
-                             "deep (1.2 M, more layers and compute), or a model the "
-                             "meta-network never saw, all BatchNorm-heavy with 100+ tensors: "
-                             "mobilenetv2 (2.2-2.3 M parameters), densenet (TensorFlow: "
-                             "DenseNet-121, 7.0 M) or resnet (TensorFlow: ResNet-50, 23.6 M; "
-                             "MXNet: ResNet-34, 21.3 M)")
+                             "deep (1.2 M, more layers and compute), vgg (1.3 M, plain 3x3 "
+                             "convolutions), transformer (0.27 M, a two-block attention "
+                             "encoder), lstm (0.21 M, two recurrent layers), or "
+                             "BatchNorm-heavy models with 100+ tensors: mobilenetv2 (2.2-2.3 M "
+                             "parameters), densenet (TensorFlow only: DenseNet-121, 7.0 M) or "
+                             "resnet (TensorFlow: ResNet-50, 23.6 M; MXNet: ResNet-34, 21.3 M)")
     parser.add_argument("--window", type=int, default=0,
                         help="steps per progress record (default: the job's window_steps)")
     parser.add_argument("--baseline", action="store_true",
