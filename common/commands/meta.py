@@ -80,6 +80,11 @@ Without --data it uses the shipped {DATASETS / "sim_holdout_v2.npz"}.
 
     autobyte meta eval
     autobyte meta eval --model m.keras --data runs/testbed.npz --runs '*-300mbit/*' --online
+    autobyte meta eval --data runs/testbed.npz --leave-models-out
+
+--leave-models-out answers what a user's own architecture gets: for each model of the testbed
+runs, the network fine-tuned on the runs of every other model is scored on that model's runs,
+per framework, next to the network as it is.
 """
 
 
@@ -144,9 +149,10 @@ def register(subparsers: Any) -> None:
                     help="parameter servers of the logged PS jobs (default 1, as --run uses)")
     co.add_argument("--frameworks", default="tensorflow,mxnet",
                     help="--run: comma-separated (default tensorflow,mxnet)")
-    co.add_argument("--models", default="cnn,mlp,deep",
-                    help="--run: demo models, comma-separated (default cnn,mlp,deep)")
-    co.add_argument("--rates", default="50mbit,100mbit,300mbit,1gbit",
+    co.add_argument("--models", default="cnn,mlp,deep,vgg,transformer,lstm,mobilenetv2",
+                    help="--run: demo models, comma-separated (default %(default)s; resnet's "
+                    "90 MB of gradients make its sweeps minutes long below 1gbit)")
+    co.add_argument("--rates", default="100mbit,300mbit,500mbit,1gbit,3gbit",
                     help="--run: link rates, comma-separated (default %(default)s)")
     co.add_argument("--max-configs", type=int, default=12,
                     help="--run: most configurations one job sweeps (at least 4, default 12)")
@@ -177,6 +183,14 @@ def register(subparsers: Any) -> None:
                     "each of METHODS (comma-separated: ridge, the tuner's default, and/or adam; "
                     "default ridge) on its past windows before scoring the next, against the "
                     "same replay without adapting (1-3 s per window)")
+    ev.add_argument("--leave-models-out", action="store_true",
+                    help="fine-tune on all but one model's testbed runs and score that one, "
+                    "for each model, per framework (about a minute per model)")
+    ev.add_argument("--train-data", action="append", metavar="PATH",
+                    help="--leave-models-out: simulated data to keep training on as well "
+                    "(repeatable; default none)")
+    ev.add_argument("--epochs", type=int, default=15,
+                    help="--leave-models-out: fine-tuning passes (default 15)")
     ev.set_defaults(func=_eval)
 
 
@@ -364,6 +378,31 @@ def _describe(model: Any, data: Any, *, per_run: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
+    from common.meta import leave_models_out
+
+    extra = _load_sets(args.train_data) if args.train_data else None
+    t0 = time.monotonic()
+    rows = leave_models_out(model, data, extra=extra, epochs=args.epochs,
+                            report=lambda s: _say(f"leave-models-out: {s}"))
+    print(f"leave-models-out ({time.monotonic() - t0:.0f} s; windows as deployed; the pick is "
+          "the share of the run's best measured speed):")
+    print(f"  {'model':<18} {'framework':<11} {'runs':>4} {'windows':>7}  "
+          f"{'MAPE as is':>10} {'pick as is':>10}  {'MAPE held out':>13} {'pick held out':>13}")
+    for r in rows:
+        print(f"  {r.model:<18} {r.framework:<11} {r.runs:>4} {r.after.jobs:>7}  "
+              f"{100 * r.before.mape:>9.1f}% {100 * r.before.fraction_of_best:>9.1f}%  "
+              f"{100 * r.after.mape:>12.1f}% {100 * r.after.fraction_of_best:>12.1f}%")
+    for framework in sorted({r.framework for r in rows}):
+        mine = [r for r in rows if r.framework == framework]
+        rows_n = sum(r.after.rows for r in mine)
+        mape = sum(r.after.mape * r.after.rows for r in mine) / rows_n
+        picks = [f for r in mine for f in r.after.per_job_fraction]
+        pick = statistics.fmean(picks) if picks else math.nan
+        print(f"  {framework}: {len(mine)} held-out models, {rows_n} predictions: MAPE "
+              f"{100 * mape:.1f}%, pick {100 * pick:.1f}% of the best")
+
+
 def _eval(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -397,6 +436,8 @@ def _eval(args: argparse.Namespace) -> int:
             _say(f"replaying {len(real.runs())} run(s), {name}:")
             got = evaluate_online(model, real, method=method, report=_say)
             print(f"testbed runs replayed window by window, {name}: {got.describe()}")
+    if args.leave_models_out:
+        _leave_models_out(model, data, args)
     space = SearchSpace()
     grid = np.array([space.encode(c) for c in space.configs()])  # every candidate, native too
     job = data.job(0)

@@ -33,10 +33,12 @@ from common.meta._model import FORMAT_VERSION, PRETRAINED, MetaModel, build_netw
 from common.meta._train import (
     Adaptation,
     EvalReport,
+    HeldOut,
     adapt,
     evaluate,
     evaluate_online,
     fine_tune,
+    leave_models_out,
     train,
 )
 from common.meta._tuner import MetaTuner, Predictor, create_meta_tuner
@@ -54,6 +56,7 @@ __all__ = [
     "Dataset",
     "EncodedJob",
     "EvalReport",
+    "HeldOut",
     "JobTracker",
     "MetaInput",
     "MetaModel",
@@ -69,6 +72,7 @@ __all__ = [
     "evaluate_online",
     "fine_tune",
     "generate",
+    "leave_models_out",
     "speed_from_target",
     "target_from_speed",
     "train",

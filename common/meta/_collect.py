@@ -50,7 +50,8 @@ K = 1024
 # bytes (measured here: cnn 0.85 MB in 4 layers; mlp and deep from their parameter counts)
 _COMPUTE_S = 0.04
 MODEL_BYTES = {"cnn": 0.85e6, "mlp": 12.8e6, "deep": 4.8e6, "mobilenetv2": 9.0e6,
-               "densenet": 28.2e6, "resnet": 90e6}
+               "densenet": 28.2e6, "resnet": 90e6, "vgg": 5.4e6, "transformer": 1.1e6,
+               "lstm": 0.86e6}
 SMALL_PARTITION = 16 * K
 
 
@@ -250,10 +251,13 @@ FRAMEWORKS = ("tensorflow", "mxnet")
 
 
 def sweep_configs(count: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
-    """``count`` (partition, credit) bytes: small ones (16 KiB at 1x, and from 8
-    configurations on also at a random multiple), the rest spread over the tuner's search
-    space (partition strata over 64 KiB-64 MiB in log scale, a random credit multiple 1-16
-    each). The first (the job's start) is never a small one."""
+    """``count`` (partition, credit) bytes, then native (``common.progress.NATIVE``) as one
+    more: small ones (16 KiB at 1x, and from 8 configurations on also at a random multiple),
+    the rest spread over the tuner's search space (partition strata over 64 KiB-64 MiB in log
+    scale, a random credit multiple 1-16 each). The first (the job's start) is never a small
+    one nor native: every job measures native somewhere after it, so the data holds the
+    candidate the tuner weighs every other one against."""
+    from common.progress import NATIVE
     from common.tuners import SearchSpace
 
     if count < 3:
@@ -272,7 +276,7 @@ def sweep_configs(count: int, rng: np.random.Generator) -> tuple[tuple[int, int]
         out.append((p, p * int(rng.choice(space.credit_multiples))))
     rng.shuffle(out)
     # the small ones somewhere after the start: they are the slowest to switch into
-    for item in small:
+    for item in [*small, NATIVE]:
         out.insert(int(rng.integers(1, len(out) + 1)), item)
     return tuple(out)
 

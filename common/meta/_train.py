@@ -38,8 +38,8 @@ from common.meta._features import (
 from common.meta._model import MetaModel, build_network, keras_module
 from common.output import filtered_stderr
 
-__all__ = ["Adaptation", "EvalReport", "Sample", "adapt", "arrays", "evaluate", "evaluate_online",
-           "fine_tune", "train"]
+__all__ = ["Adaptation", "EvalReport", "HeldOut", "Sample", "adapt", "arrays", "evaluate",
+           "evaluate_online", "fine_tune", "leave_models_out", "train"]
 
 Report = Callable[[str], None]
 
@@ -283,6 +283,53 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
     return EvalReport(rows=len(errors), jobs=len(runs), mape=float(np.mean(errors)),
                       fraction_of_best=float(np.mean(fractions)),
                       worst_fraction=float(min(fractions)), per_job_fraction=tuple(fractions))
+
+
+FRAMEWORKS = {"allreduce": "tensorflow", "ps": "mxnet"}  # a job's arch -> the adapter
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    """One architecture's testbed runs in one framework, scored by ``base`` as it is and by
+    ``base`` fine-tuned on every other architecture's runs (none of this one's)."""
+
+    model: str
+    framework: str
+    runs: int
+    before: EvalReport
+    after: EvalReport
+
+
+def leave_models_out(base: MetaModel, dataset: Dataset, *, extra: Dataset | None = None,
+                     epochs: int = 15, seed: int = 0, learning_rate: float = 3e-4,
+                     testbed_weight: float = 1.0,
+                     report: Report | None = None) -> list[HeldOut]:
+    """For each model (``job_model``) of the testbed runs in ``dataset``: fine-tune a copy of
+    ``base`` on the runs of all the other models (plus ``extra``, e.g. simulated jobs, that
+    the network keeps learning from), then evaluate it on that model's runs as deployed, per
+    framework. What a user's own architecture gets: a network that never saw it."""
+    real = dataset.select_jobs(dataset["job_run"] != "")
+    models = list(dict.fromkeys(real["job_model"].tolist()))
+    if len(models) < 2:
+        raise ConfigError(f"leaving models out needs testbed runs of at least two models, got "
+                          f"{models or 'none'}")
+    out: list[HeldOut] = []
+    for i, name in enumerate(models):
+        held = real.select_jobs(real["job_model"] == name)
+        rest = real.select_jobs(real["job_model"] != name)
+        train_on = (rest if extra is None else Dataset.concat([extra, rest])).as_deployed()
+        if report is not None:
+            report(f"model {i + 1}/{len(models)} {name}: fine-tuning on {len(rest.runs())} "
+                   f"runs of the other models")
+        tuned = fine_tune(base, train_on, epochs=epochs, seed=seed, learning_rate=learning_rate,
+                          testbed_weight=testbed_weight, validation=0.0)
+        for arch, framework in FRAMEWORKS.items():
+            part = held.select_jobs(held["job_arch"] == arch)
+            if part.num_jobs:
+                deployed = part.as_deployed()
+                out.append(HeldOut(name, framework, len(part.runs()),
+                                   evaluate(base, deployed), evaluate(tuned, deployed)))
+    return out
 
 
 class Adaptation:

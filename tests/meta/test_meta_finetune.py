@@ -14,7 +14,17 @@ import pytest
 pytest.importorskip("keras", reason="Keras 3 is not installed: the meta-network needs it")
 
 from common.cli import main
-from common.meta import Dataset, MetaModel, Sample, evaluate, fine_tune, generate, train
+from common.errors import ConfigError
+from common.meta import (
+    Dataset,
+    MetaModel,
+    Sample,
+    evaluate,
+    fine_tune,
+    generate,
+    leave_models_out,
+    train,
+)
 
 TINY = {"width": 8, "lstm": 8, "dense": 16}
 
@@ -95,3 +105,50 @@ def test_train_command_holds_out_runs(sim: Dataset, base: MetaModel, tmp_path: P
     assert main(["meta", "eval", "--model", str(out), "--data", str(real_path), "--runs",
                  "run3/*", "--online", "ridge,sgd"]) == 2
     assert "--online takes adaptation methods from ['ridge', 'adam']" in capsys.readouterr().err
+
+
+def test_leave_models_out_never_trains_on_the_model_it_scores(
+        sim: Dataset, base: MetaModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    import common.meta._train as train_module
+
+    real = _testbed(sim, 0.5)
+    models = set(real["job_model"].tolist())
+    assert len(models) >= 2
+    seen: list[set[str]] = []
+    fine_tune_for_real = train_module.fine_tune
+
+    def spy(model: MetaModel, data: Dataset, **kw: object) -> MetaModel:
+        seen.append(set(data["job_model"].tolist()))
+        return fine_tune_for_real(model, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train_module, "fine_tune", spy)
+    rows = leave_models_out(base, real, epochs=1)
+    order = list(dict.fromkeys(real["job_model"].tolist()))
+    assert seen == [models - {held} for held in order]
+    assert {r.model for r in rows} == models
+    for r in rows:
+        assert r.framework in ("tensorflow", "mxnet") and r.runs >= 1
+        assert r.after.rows == r.before.rows > 0
+
+
+def test_leave_models_out_needs_two_models(sim: Dataset, base: MetaModel) -> None:
+    real = _testbed(sim, 0.5)
+    one = real.select_jobs(real["job_model"] == real["job_model"][0])
+    with pytest.raises(ConfigError, match="at least two models"):
+        leave_models_out(base, one)
+
+
+def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    saved = base.save(tmp_path / "base.keras")
+    real = _testbed(sim, 0.5)
+    real_path = real.save(tmp_path / "tb.npz")
+    code = main(["meta", "eval", "--model", str(saved), "--data", str(real_path),
+                 "--leave-models-out", "--epochs", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    table = captured.out[captured.out.index("leave-models-out"):]
+    for name in set(real["job_model"].tolist()):
+        assert f"\n  {name} " in table
+    assert "held-out models" in table
+    assert "fine-tuning on" in captured.err

@@ -17,6 +17,7 @@ from common.decision_log import DecisionLog
 from common.errors import ConfigError
 from common.meta import Dataset
 from common.meta._collect import samples_from_log, samples_from_logs, sweep_configs, sweep_plan
+from common.progress import NATIVE
 from common.stats import Observation
 
 K = 1024
@@ -168,12 +169,14 @@ def test_bad_logs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_sweep_plan_spreads_configurations_and_refuses_bad_values() -> None:
     configs = sweep_configs(12, np.random.default_rng(0))
-    assert len(configs) == 12 and len(set(configs)) == 12
-    assert configs[0][0] > 16 * K  # the start is not a small one
+    assert len(configs) == 13 and len(set(configs)) == 13
+    assert configs.count(NATIVE) == 1  # native, measured as one of the candidates
+    assert configs[0][0] > 16 * K  # the start is neither a small one nor native
     assert sum(p == 16 * K for p, _ in configs) == 2
-    parts = sorted({p for p, _ in configs if p > 16 * K})
+    scheduled = [c for c in configs if c != NATIVE]
+    parts = sorted({p for p, _ in scheduled if p > 16 * K})
     assert parts[0] <= 128 * K and parts[-1] >= 32 * K * K  # both ends of the space
-    for p, c in configs:
+    for p, c in scheduled:
         assert c % p == 0 and 1 <= c // p <= 16
     jobs = sweep_plan(frameworks=["tensorflow", "mxnet"], models=["cnn", "mlp"],
                       rates=["100mbit", "1gbit"])
@@ -189,8 +192,8 @@ def test_sweep_plan_spreads_configurations_and_refuses_bad_values() -> None:
     # the same job draws the same configurations whatever else is planned
     alone = sweep_plan(frameworks=["mxnet"], models=["mlp"], rates=["100mbit"])
     assert alone[0].configs == by_name["mxnet-mlp-100mbit"].configs
-    with pytest.raises(ConfigError, match=r"models must be some of .*'vgg'"):
-        sweep_plan(frameworks=["tensorflow"], models=["vgg"], rates=["1gbit"])
+    with pytest.raises(ConfigError, match=r"models must be some of .*'vgg'.* got \['vgg16'\]"):
+        sweep_plan(frameworks=["tensorflow"], models=["vgg16"], rates=["1gbit"])
     with pytest.raises(ConfigError, match="frameworks must be some of"):
         sweep_plan(frameworks=["torch"], models=["cnn"], rates=["1gbit"])
     with pytest.raises(ConfigError, match="fastmbit"):
