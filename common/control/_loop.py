@@ -41,7 +41,11 @@ overrating it would otherwise lead the job back after every adaptation), and aft
 ``MAX_MISSES`` such configurations only measured ones are switched to until conditions change (a
 model far off keeps finding a new neighbour to overrate). A model-led move to an unmeasured
 configuration must also fit the exploration budget (``explore_share`` of the time trained, see
-``_unaffordable``). The decision log says when the guard acted.
+``_unaffordable``). On a scheduled configuration measured faster than native, the guard climbs
+within the same budget: it measures the neighbour the model ranks first for one window and
+keeps it only if it measures faster than where it began (``_climb``), so a model that found
+the right region but cannot rank within it still gets the job to a local best. The decision
+log says when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -147,6 +151,7 @@ class TuningLoop:
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
         self._explored_from: Config | None = None  # where the guard's last exploration began
         self._probed = False  # the guard measured the model's pick against native already
+        self._climbed: set[_Knobs] = set()  # climbed to or from under the conditions in force
         self._misses = 0  # scheduled configurations the guard left for native, this conditions
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
@@ -308,6 +313,7 @@ class TuningLoop:
         self._vetoed.clear()
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
         self._probed = False
+        self._climbed.clear()
         self._misses = 0
         self.trigger.reset()
         self._call("reset")
@@ -367,6 +373,15 @@ class TuningLoop:
                                f"{self.current.describe()}, not above native's {native:.1f} "
                                "beyond the noise band: back to native", verdict.gain,
                                verdict.error, verdict.adapt)
+        elif left is not None and knobs(self.current) in self._climbed:
+            self._explored_from = None  # a climb from a scheduled one: kept if faster
+            here, there = self.measured(self.current), self.measured(left)
+            if here is not None and there is not None and here <= there * (1 + self.noise_band):
+                self._vetoed[knobs(self.current)] = self._windows
+                return Verdict("switch", left, f"guard: {here:.1f} samples/s measured on "
+                               f"{self.current.describe()}, not above the {there:.1f} of "
+                               f"{left.describe()} beyond the noise band: back to it",
+                               verdict.gain, verdict.error, verdict.adapt)
         elif native is None and cheap:
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
@@ -393,10 +408,65 @@ class TuningLoop:
             self._slow_windows = 0
             self._vetoed[knobs(self.current)] = self._windows
             self._misses += 1
-            return Verdict("switch", self.native, f"guard: {current:.1f} samples/s measured on "
+            refuge, speed = self._best_measured(native)
+            where = f"{refuge.describe()} ({speed:.1f})" if refuge.scheduling else "native"
+            return Verdict("switch", refuge, f"guard: {current:.1f} samples/s measured on "
                            f"{self.current.describe()}, {1 - current / native:.1%} below "
-                           f"native's {native:.1f}", verdict.gain, verdict.error, verdict.adapt)
+                           f"native's {native:.1f}: to {where}", verdict.gain, verdict.error,
+                           verdict.adapt)
+        climb = self._climb(native) if verdict.action == "stay" else None
+        if climb is not None:
+            assert current is not None and native is not None
+            self._climbed.update((knobs(climb), knobs(self.current)))  # adapting forgets
+            self._explored_from = self.current
+            return Verdict("explore", climb, f"guard: {self.current.describe()} runs "
+                           f"{current / native:.2f}x native; measure its neighbour "
+                           f"{climb.describe()} for one window (within the "
+                           f"{self.explore_share:.0%} exploration budget)", verdict.gain,
+                           verdict.error, verdict.adapt)
         return barred
+
+    def _best_measured(self, native: float) -> tuple[Config, float]:
+        """Where a job leaving a slow configuration goes: the fastest one measured under the
+        conditions in force, if faster than native beyond the noise band and not barred (a
+        trigger that left a good configuration for a worse one goes back), else native."""
+        best = max(((c, speed) for k, c in self._configs.items() if c.scheduling
+                    and k not in self._vetoed and (speed := self.measured(c)) is not None),
+                   key=lambda cs: cs[1], default=None)
+        if best is not None and best[1] > native * (1 + self.noise_band):
+            return self.current.replace(partition_bytes=best[0].partition_bytes,
+                                        credit_bytes=best[0].credit_bytes), best[1]
+        return self.native, native
+
+    def _climb(self, native: float | None) -> Config | None:
+        """On a scheduled configuration measured faster than native: the neighbour the model
+        ranks first (the partition halved or doubled, with the credit kept or scaled with it,
+        or the credit halved or doubled), neither measured nor tried under these conditions
+        nor barred, once a miss fits the exploration budget. A model that ranks the space
+        well leads the climb; one that does not (flat after adapting on an unseen job) still
+        has its neighbourhood measured, and each step is kept only if it measures faster
+        than where it began, so the job climbs on measurements to a local best."""
+        here = self.measured(self.current)
+        if self.explore_share is None or native is None or here is None or \
+                not self.current.scheduling or here <= native * (1 + self.noise_band):
+            return None
+        pool = self._call("candidates") if callable(getattr(self.tuner, "candidates", None)) \
+            else getattr(self.tuner, "candidates", None)
+        if not isinstance(pool, Sequence):
+            return None
+        p, c = self.current.partition_bytes, self.current.credit_bytes
+        steps = {(p * 2, c), (p // 2, c), (p * 2, c * 2), (p // 2, c // 2), (p, c * 2),
+                 (p, c // 2)}
+        near = [x for x in pool if isinstance(x, Config) and x.scheduling
+                and (x.partition_bytes, x.credit_bytes) in steps
+                and knobs(x) not in self._climbed and knobs(x) not in self._vetoed
+                and self.measured(x) is None]
+        if not near or self._unaffordable(windows=1):
+            return None
+        predicted = self._predictions(near)
+        if predicted is None:
+            return None
+        return max(zip(near, predicted, strict=True), key=lambda xp: xp[1])[0]
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:

@@ -525,3 +525,66 @@ def test_the_horizon_is_the_time_under_the_conditions_in_force() -> None:
     assert loop.horizon_s == loop.trained_s == 20.0
     loop.on_observation(observation(A, 20.0, 200))  # fivefold slower: conditions changed
     assert loop.trained_s == 21.0 and loop.horizon_s == 1.0
+
+
+# B's neighbours in the search space (the partition doubled and halved, the credit kept)
+UP = B.replace(partition_bytes="512KiB")
+DOWN = B.replace(partition_bytes="128KiB")
+# a model that cannot tell them apart (flat after adapting on an unseen job), UP first
+FLAT = {NATIVE: 100.0, knobs(A): 100.0, knobs(B): 100.0, knobs(UP): 101.0, knobs(DOWN): 100.5}
+
+
+def _climbing(measured: dict[tuple[int, int, bool], float], windows: int = 200,
+              explore_share: float | None = 0.02) -> tuple[TuningLoop, list[Config]]:
+    """A job on B (faster than native) under the flat model; the configurations it ran."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=B, tuner=PredictingTuner(FLAT, [native, A, B, UP, DOWN]),
+                      trigger=ThresholdTrigger(), explore_share=explore_share)
+    return _run_configs(loop, windows, measured)
+
+
+def test_the_guard_climbs_to_a_faster_neighbour_the_model_cannot_rank() -> None:
+    loop, ran = _climbing({NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 180.0,
+                           knobs(DOWN): 120.0})
+    # native measured once (and left: slower), then B's neighbour the model ranks first
+    assert [knobs(c) for c in ran] == [knobs(B), NATIVE, knobs(B), knobs(UP)], ran
+    assert knobs(loop.current) == knobs(UP)
+
+
+def test_a_climb_that_measures_no_faster_goes_back_and_each_neighbour_is_tried_once() -> None:
+    loop, ran = _climbing({NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 140.0,
+                           knobs(DOWN): 152.0})
+    assert [knobs(c) for c in ran] == [knobs(B), NATIVE, knobs(B), knobs(UP), knobs(B),
+                                       knobs(DOWN), knobs(B)], ran
+    assert knobs(loop.current) == knobs(B)
+    assert loop.lost_s < 0  # B's gain on native pays for both tries
+
+
+def test_no_climb_without_an_exploration_budget() -> None:
+    _, ran = _climbing({NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 180.0,
+                        knobs(DOWN): 120.0}, explore_share=None)
+    assert [knobs(c) for c in ran] == [knobs(B), NATIVE, knobs(B)], ran
+
+
+def test_a_slow_move_goes_back_to_the_faster_configuration_it_left_not_to_native() -> None:
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=B, trigger=ThresholdTrigger(), tuner=PredictingTuner(
+        {NATIVE: 90.0, knobs(A): 80.0, knobs(B): 100.0, knobs(C): 200.0}, [native, A, B, C]))
+    _, ran = _run_configs(loop, 40, {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0,
+                                     knobs(C): 70.0})
+    assert [knobs(c) for c in ran] == [knobs(B), NATIVE, knobs(B), knobs(C), knobs(B)], ran
+
+
+def _run_configs(loop: TuningLoop, windows: int, measured: dict[tuple[int, int, bool], float],
+                 ) -> tuple[TuningLoop, list[Config]]:
+    """Drive the loop like ``_run``; the configurations it ran, the start included. What the
+    guard's tries lose stays within its budget at every window (a miss under way: one)."""
+    current, pending, ran = loop.current, None, [loop.current]
+    for w in range(windows):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            ran.append(current)
+        pending = loop.on_observation(observation(current, measured[knobs(current)],
+                                                  w * 10)) or pending
+        assert loop.lost_s <= 0.02 * loop.trained_s + 1.0
+    return loop, ran
