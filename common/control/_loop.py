@@ -450,15 +450,11 @@ class TuningLoop:
         if self.explore_share is None or native is None or here is None or \
                 not self.current.scheduling or here <= native * (1 + self.noise_band):
             return None
-        pool = self._call("candidates") if callable(getattr(self.tuner, "candidates", None)) \
-            else getattr(self.tuner, "candidates", None)
-        if not isinstance(pool, Sequence):
-            return None
+        pool = self._pool()
         p, c = self.current.partition_bytes, self.current.credit_bytes
         steps = {(p * 2, c), (p // 2, c), (p * 2, c * 2), (p // 2, c // 2), (p, c * 2),
                  (p, c // 2)}
-        near = [x for x in pool if isinstance(x, Config) and x.scheduling
-                and (x.partition_bytes, x.credit_bytes) in steps
+        near = [x for x in pool if x.scheduling and (x.partition_bytes, x.credit_bytes) in steps
                 and knobs(x) not in self._climbed and knobs(x) not in self._vetoed
                 and self.measured(x) is None]
         if not near or self._unaffordable(windows=1):
@@ -562,18 +558,24 @@ class TuningLoop:
     def _ranked(self, exclude: set[_Knobs]) -> list[Candidate]:
         """A model-based tuner's best other candidates (scored in one batched ``predict``), so
         the trigger and the log see the alternatives, not only the proposal."""
-        pool = getattr(self.tuner, "candidates", None)
-        if callable(pool):
-            pool = self._call("candidates")
-        if not isinstance(pool, Sequence) or not pool \
-                or not all(isinstance(c, Config) for c in pool):
+        pool = self._pool()
+        if not pool:
             return []
-        predicted = self._predictions(list(pool))
+        predicted = self._predictions(pool)
         if predicted is None:
             return []
         ranked = sorted(zip(pool, predicted, strict=True), key=lambda cp: -cp[1])
         return [Candidate(c, p, "model") for c, p in ranked
                 if knobs(c) not in exclude | {knobs(self.current)}][:self.top_candidates]
+
+    def _pool(self) -> list[Config]:
+        """The configurations a model-based tuner can score (its ``candidates``), or none."""
+        pool = getattr(self.tuner, "candidates", None)
+        if callable(pool):
+            pool = self._call("candidates")
+        if not isinstance(pool, Sequence) or not all(isinstance(c, Config) for c in pool):
+            return []
+        return list(pool)
 
     def _predictions(self, configs: Sequence[Config]) -> list[float] | None:
         if self.tuner is None or not callable(getattr(self.tuner, "predict", None)):
