@@ -13,6 +13,8 @@ from tb_helpers import root_only
 from common.cli import main
 from common.meta import Dataset
 from common.meta._collect import sweep_plan
+from common.progress import NATIVE
+from common.tuners import NATIVE_BYTES
 
 pytestmark = [*root_only, pytest.mark.distributed, pytest.mark.framework, pytest.mark.slow,
               pytest.mark.usefixtures("no_leaks"),
@@ -26,14 +28,14 @@ def test_collect_runs_a_sweep_and_keeps_two_samples_per_configuration(
             "--max-configs", "4", "--budget", "1"]
     plan = sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"],
                       max_configs=4, budget_s=1)
-    assert len(plan) == 1 and len(plan[0].configs) == 4
+    assert len(plan) == 1 and len(plan[0].configs) == 5 and NATIVE in plan[0].configs
     out = tmp_path / "tb.npz"
     code = main(["meta", "collect", "--run", *args, "--quiet", "--timeout", "120",
                  "--logs", str(tmp_path / "logs"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
-    # 12 windows of 5 steps, 15 steps a configuration: the log's first and the first after
-    # each of 3 switches are left out (one the coordinator did not log is not counted)
+    # 15 windows of 5 steps, 15 steps a configuration: the log's first and the first after
+    # each of 4 switches are left out (one the coordinator did not log is not counted)
     assert "1 first window of the log" in err, err
     data = Dataset.load(out)
     assert data.runs() and all(r.startswith("tensorflow-cnn-1gbit/decisions-")
@@ -44,7 +46,9 @@ def test_collect_runs_a_sweep_and_keeps_two_samples_per_configuration(
     counts = collections.Counter(swept)
     assert len(counts) >= 3 and max(counts.values()) <= 2  # at most two a configuration
     assert sum(n == 2 for n in counts.values()) >= 2  # the 10-step mean of most
-    assert set(swept) <= set(plan[0].configs)
+    planned = {(NATIVE_BYTES, NATIVE_BYTES) if c == NATIVE else c for c in plan[0].configs}
+    assert set(swept) <= planned
+    assert (NATIVE_BYTES, NATIVE_BYTES) in counts  # native measured like any configuration
     assert (data["speed"] > 0).all()
     job = data.job(0)
     assert job.workers == 2 and job.arch == "allreduce" and job.model == "demo_cnn"
