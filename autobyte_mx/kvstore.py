@@ -600,6 +600,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         # The previous step ends here: a switch's set-up (new keys) counts in the new
         # configuration's first step, which the statistics collector treats as warm-up.
         boundary = self._recorder_clock()
+        before = self._main
         if new is not None:
             log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
                      new.describe())
@@ -616,7 +617,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._scheduler.begin_step(self._step)
         self._main = self._groups.main(self._config, expected, self._tensors)
         if new is not None and self._optimizer is not None:
-            self._refresh_layout(expected)
+            self._refresh_layout(expected, same=self._main is before)
         self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
         self._push_control()
         self._feed()
@@ -746,21 +747,31 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if group.epoch != self._epoch:
             self._refresh([group])
 
-    def _refresh_layout(self, expected: frozenset[Hashable] | None) -> None:
-        """At a switch, refresh at once every group the new layout will use."""
+    def _refresh_layout(self, expected: frozenset[Hashable] | None, *, same: bool) -> None:
+        """At a switch, refresh at once every group the new layout will use. A switch that
+        keeps the groups (``same``: a new credit, or native to native) refreshes nothing: their
+        server keys took every update, and the last step's rounds may still be on their way."""
+        wholes = {t.key: t.whole for t in self._tensors.values() if t.whole is not None}
+        if same:
+            for group in [*wholes.values(), *([] if self._main is None else [self._main])]:
+                if group.epoch == self._epoch - 1:
+                    group.epoch = self._epoch
+            return
         if self._main is not None:
             groups = [self._main]
         else:
-            groups = [t.whole for t in self._tensors.values()
-                      if t.whole is not None and (expected is None or t.key in expected)]
+            groups = [g for k, g in wholes.items() if expected is None or k in expected]
         stale = [g for g in groups if g.epoch != self._epoch]
         if stale:
             self._refresh(stale)
 
     def _refresh(self, groups: list[Group]) -> None:
         """Give the server's keys of ``groups`` the current weights: rank 0 pushes them, the
-        others zeros, and the server stores that round as it comes. Waited for, so no later
-        push of these keys (from another array) can overtake it."""
+        others zeros, and the server stores that round as it comes. The earlier steps'
+        rounds finish first (the server would store one of them instead, and take the
+        weights for a gradient); the refresh is waited for, so no later push of these keys
+        (from another array) can overtake it."""
+        self._wait_for_step(self._step - 1)
         keys = [k for g in groups for k in g.keys]
         arrays = [a for g in groups for a in g.arrays]
         self._send(refresh=keys)

@@ -112,20 +112,23 @@ def test_optimizer_on_the_server_matches_native_across_switches_back(
         tmp_path: Path, native_refs: NativeRefs) -> None:
     """Gluon's default with one server: the optimizer runs on the server, as with native
     dist_sync, on blocks that change while training. Switches go from split 4 KiB blocks to
-    native, back to 4 KiB (whose server keys then hold stale weights and are refreshed), to one
-    fused block and back to native; SGD with momentum keeps its state through all of them."""
-    args = (*MLP, "--steps", "12")
+    a smaller credit (the same blocks), native, native with other knobs (the same keys),
+    back to 4 KiB (whose server keys then hold stale weights and are refreshed), to one fused
+    block and back to native; SGD with momentum keeps its state through all of them."""
+    args = (*MLP, "--steps", "14")
     want = native_refs.get(*args, workers=2, servers=1)
     job = run_job(tmp_path, *args, "--partition", "4KiB", "--credit", "8KiB", "--checks",
-                  "--switch", "0:4KiB:4KiB:0", "--switch", "2:4KiB:8KiB:1",
-                  "--switch", "4:4MiB:4MiB:1", "--switch", "6:4KiB:4KiB:0")
+                  "--switch", "0:4KiB:4KiB:1", "--switch", "2:4KiB:4KiB:0",
+                  "--switch", "4:4MiB:4MiB:0", "--switch", "6:4KiB:8KiB:1",
+                  "--switch", "8:4MiB:4MiB:1", "--switch", "10:4KiB:4KiB:0")
     assert_ok(job)
     for rank in range(2):
         assert job.summary(rank)["update_on_kvstore"] is True
         assert_same(job.params(rank), want.params(rank), exact=True)
-    layouts = [s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0
-               for s in job.summary(0)["steps"]]
-    assert layouts[:9] == [4 << 10] * 2 + [0] * 2 + [4 << 10] * 2 + [4 << 20] * 2 + [0]
+    layouts = [(s["config"]["partition_bytes"] >> 10, s["config"]["credit_bytes"] >> 10)
+               if s["config"]["scheduling"] else 0 for s in job.summary(0)["steps"]]
+    assert layouts[:13] == [(4, 8)] * 2 + [(4, 4)] * 2 + [0] * 4 + [(4, 8)] * 2 + \
+        [(4096, 4096)] * 2 + [0]
     checks = job.summary(1)["checks"]
     assert "state stays there" in checks["save_states"]
     assert "LAMB is not one of MXNet's element-wise optimizers" in checks["errors"]["set_optimizer"]

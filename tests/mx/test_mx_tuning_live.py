@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Job, assert_ok, job_dir, run_job, skip_without_mxnet
+from conftest import Job, NativeRefs, assert_ok, job_dir, run_job, skip_without_mxnet
 
 from common.control import ensure_secret
 from common.decision_log import read_log
@@ -168,6 +168,34 @@ def test_bayesian_tuner_leaves_a_poor_start_and_follows_a_rate_change(tmp_path: 
                 if (p, c) != (p0, c0)}
     targets = {w["target_step"] for w in windows if w.get("target_step")}
     assert switches <= targets, (sorted(switches - targets), table)
+
+
+@pytest.mark.testbed
+@pytest.mark.skipif(not IS_ROOT, reason="needs root: network namespaces and tc")
+@pytest.mark.usefixtures("no_testbed_leaks")
+def test_switches_on_a_slow_link_keep_the_servers_optimizer_right(
+        tmp_path: Path, native_refs: NativeRefs) -> None:
+    """On a slow link the last step's rounds are still on their way when Python starts the
+    next step and switches. A switch that keeps the blocks (a new credit; native to native)
+    must leave the server's keys alone, and one back to blocks used before refreshes them only
+    after those rounds are done: otherwise the server stores a gradient sum as the weights."""
+    args = ("--model", "mlp", "--steps", "14")
+    want = native_refs.get(*args, workers=2, servers=1)
+    with Testbed(hosts=3, rate="20mbit") as tb:
+        job = run_job(tmp_path, *args, "--partition", "16KiB", "--credit", "64KiB",
+                      "--switch", "1:16KiB:32KiB:1", "--switch", "3:16KiB:32KiB:0",
+                      "--switch", "5:4MiB:4MiB:0", "--switch", "7:16KiB:64KiB:1",
+                      "--switch", "9:16KiB:16KiB:1", testbed=tb, timeout=180)
+    assert_ok(job)
+    for rank in range(2):
+        got = job.params(rank)
+        for name, value in want.params(rank).items():
+            assert np.array_equal(got[name], value), (
+                f"rank {rank} {name}: max diff {np.abs(got[name] - value).max()}")
+    layouts = [(s["config"]["partition_bytes"] >> 10, s["config"]["credit_bytes"] >> 10)
+               if s["config"]["scheduling"] else 0 for s in job.summary(0)["steps"]]
+    assert layouts[:13] == [(16, 64)] * 3 + [(16, 32)] * 2 + [0] * 4 + [(16, 64)] * 2 + \
+        [(16, 16)] * 2
 
 
 def test_standalone_coordinator_killed_mid_run_training_goes_on(tmp_path: Path) -> None:
