@@ -1,7 +1,11 @@
 """A TF worker for fault tests: ``AT`` [``STEPS``]. Rank 0 prints ``AT_STEP`` after step AT;
-with no STEPS, rank 1 then stops itself (SIGSTOP) and rank 0 must fail with TensorFlow's own
-error after about the grace period (tests/tf/test_tf_liveness.py); with STEPS, both train
-STEPS steps and print a checksum of their weights (the outage tests on the testbed)."""
+with no STEPS, rank 1 stops itself (SIGSTOP) after step AT + 1 and rank 0 must fail with
+TensorFlow's own error after about the grace period (tests/tf/test_tf_liveness.py); with STEPS,
+both train STEPS steps and print a checksum of their weights (the outage tests on the testbed).
+
+Rank 1 stops a step later than rank 0 prints because a ring all-reduce that rank 1 has finished
+may still be unfinished on rank 0, which fetches its last pieces from rank 1's server; rank 1
+ends step AT + 1 only after rank 0 has sent its part of that step, so after rank 0 printed."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ class Freeze(keras.callbacks.Callback):
         self.rank, self.at, self.freeze = rank, at, freeze
 
     def on_train_batch_end(self, batch: int, logs: object = None) -> None:
-        if batch == self.at and self.rank == 1 and self.freeze:
+        if batch == self.at + 1 and self.rank == 1 and self.freeze:
             os.kill(os.getpid(), signal.SIGSTOP)
         if batch == self.at and self.rank == 0:
             print(f"AT_STEP {batch}", flush=True)
