@@ -87,6 +87,7 @@ PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is w
 PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
+LATE_WINDOWS = 2  # windows a climb may take to come into force before it counts as dropped
 MISS_SLOWDOWN = 0.5  # what a try is assumed to lose per window until the guard leaves it
 
 
@@ -150,6 +151,7 @@ class TuningLoop:
         self._windows = 0
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
         self._explored_from: Config | None = None  # where the guard's last exploration began
+        self._explored_at = 0  # the guard's window count when it began
         self._probed = False  # the guard measured the model's pick against native already
         self._climbed: set[_Knobs] = set()  # climbed to or from under the conditions in force
         self._misses = 0  # scheduled configurations the guard left for native, this conditions
@@ -373,6 +375,11 @@ class TuningLoop:
                                f"{self.current.describe()}, not above native's {native:.1f} "
                                "beyond the noise band: back to native", verdict.gain,
                                verdict.error, verdict.adapt)
+        elif left is not None and knobs(self.current) == knobs(left):
+            if self._windows - self._explored_at > LATE_WINDOWS:
+                self._explored_from = None  # never applied: the workers stayed where it began
+            # else not in force yet: TensorFlow applies a decision that reaches it late a few
+            # steps after the step named, and a try is judged on its own windows only
         elif left is not None and knobs(self.current) in self._climbed:
             self._explored_from = None  # a climb from a scheduled one: kept if faster
             here, there = self.measured(self.current), self.measured(left)
@@ -414,11 +421,12 @@ class TuningLoop:
                            f"{self.current.describe()}, {1 - current / native:.1%} below "
                            f"native's {native:.1f}: to {where}", verdict.gain, verdict.error,
                            verdict.adapt)
-        climb = self._climb(native) if verdict.action == "stay" else None
+        climb = self._climb(native) if verdict.action == "stay" and \
+            self._explored_from is None else None
         if climb is not None:
             assert current is not None and native is not None
             self._climbed.update((knobs(climb), knobs(self.current)))  # adapting forgets
-            self._explored_from = self.current
+            self._explored_from, self._explored_at = self.current, self._windows
             return Verdict("explore", climb, f"guard: {self.current.describe()} runs "
                            f"{current / native:.2f}x native; measure its neighbour "
                            f"{climb.describe()} for one window (within the "

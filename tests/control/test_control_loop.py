@@ -519,7 +519,8 @@ def test_measured_gains_earn_room_for_more_tries() -> None:
 def test_the_horizon_is_the_time_under_the_conditions_in_force() -> None:
     """A link that changes every few seconds pays for no switch: the gain is weighed over as
     long as the conditions have lasted, not the whole job."""
-    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 40), trigger=ThresholdTrigger())
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 40), trigger=ThresholdTrigger(),
+                      guard=False)  # no decision to measure native, which nothing here applies
     for w in range(20):  # 20 s at 100 samples/s
         loop.on_observation(observation(A, 100.0, 10 * w))
     assert loop.horizon_s == loop.trained_s == 20.0
@@ -560,6 +561,18 @@ def test_a_climb_that_measures_no_faster_goes_back_and_each_neighbour_is_tried_o
     assert loop.lost_s < 0  # B's gain on native pays for both tries
 
 
+def test_a_climb_applied_late_is_judged_on_its_own_windows() -> None:
+    """TensorFlow applies a decision that reaches it late a few steps after the step named:
+    the window after it still runs where the climb began, and must not count as the climb's."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=B, tuner=PredictingTuner(FLAT, [native, A, B, UP, DOWN]),
+                      trigger=ThresholdTrigger(), explore_share=0.02)
+    _, ran = _run_configs(loop, 200, {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0,
+                                      knobs(UP): 180.0, knobs(DOWN): 120.0}, late=1)
+    assert [knobs(c) for c in ran] == [knobs(B), NATIVE, knobs(B), knobs(UP)], ran
+    assert knobs(loop.current) == knobs(UP)
+
+
 def test_no_climb_without_an_exploration_budget() -> None:
     _, ran = _climbing({NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 180.0,
                         knobs(DOWN): 120.0}, explore_share=None)
@@ -576,12 +589,13 @@ def test_a_slow_move_goes_back_to_the_faster_configuration_it_left_not_to_native
 
 
 def _run_configs(loop: TuningLoop, windows: int, measured: dict[tuple[int, int, bool], float],
-                 ) -> tuple[TuningLoop, list[Config]]:
+                 late: int = 0) -> tuple[TuningLoop, list[Config]]:
     """Drive the loop like ``_run``; the configurations it ran, the start included. What the
-    guard's tries lose stays within its budget at every window (a miss under way: one)."""
+    guard's tries lose stays within its budget at every window (a miss under way: one).
+    ``late``: the workers apply each decision that many windows after the step it names."""
     current, pending, ran = loop.current, None, [loop.current]
     for w in range(windows):
-        if pending is not None and w * 10 >= pending.step:
+        if pending is not None and w * 10 >= pending.step + 10 * late:
             current, pending = pending.config, None
             ran.append(current)
         pending = loop.on_observation(observation(current, measured[knobs(current)],
