@@ -87,7 +87,7 @@ PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is w
 PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
-LATE_WINDOWS = 2  # windows a climb may take to come into force before it counts as dropped
+LATE_WINDOWS = 2  # windows an exploration may take to come into force before it is dropped
 MISS_SLOWDOWN = 0.5  # what a try is assumed to lose per window until the guard leaves it
 
 
@@ -390,7 +390,7 @@ class TuningLoop:
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
         elif native is None and cheap:
-            self._explored_from = self.current
+            self._explored_from, self._explored_at = self.current, self._windows
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
         barred = None
