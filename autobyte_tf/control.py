@@ -36,12 +36,19 @@ from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer,
 from common.config import Config
 from common.control import TuningAgent
 
-__all__ = ["Controller", "SteppedFunction"]
+__all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
 log = logging.getLogger(__name__)
 
 _HEADER = 5  # [have_config, partition_bytes, credit_bytes, scheduling, have_times]
 TRACE_CACHE = 8  # traced step functions kept per step function (a trace holds its graph)
+
+
+def decision_lead(window_steps: int) -> int:
+    """Steps a tuning decision must come due after the window it was decided on: rank 0
+    sends it at the boundary before the one it applies at, and hears of a window only after
+    its last step, so a decision due one window on would reach the workers a window late."""
+    return window_steps + 1
 
 Vector = NDArray[np.float64]
 Broadcast = Callable[[Vector], Callable[[], Vector]]

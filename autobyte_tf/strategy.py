@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 
 from autobyte_tf import keras_compat
 from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
-from autobyte_tf.control import Controller, SteppedFunction
+from autobyte_tf.control import Controller, SteppedFunction, decision_lead
 from autobyte_tf.cross_device_ops import AutoByteAllReduce, after, gated_stamp
 from autobyte_tf.stats import TrainingStats
 from common.config import Config
@@ -113,9 +113,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
             self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="autobyte_samples")
             self._sampling = tf.Variable(False, trainable=False, name="autobyte_sampling")
+        agent_options = adapter_options(tuning)
+        agent_options.setdefault("lead_steps", decision_lead(resolved.window_steps))
         self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
-                                  model=model_name, arch="allreduce",
-                                  **adapter_options(tuning))
+                                  model=model_name, arch="allreduce", **agent_options)
         self._controller = Controller(
             config=resolved, rank=rank, workers=workers, bandwidth=rate,
             broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),

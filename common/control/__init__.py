@@ -26,7 +26,10 @@ needs none of these.
 Messages are JSON with a schema version, HMAC-SHA256-signed with
 ``AUTOBYTE_SECRET`` (``ensure_secret()`` makes one per job for launchers); forged, replayed,
 stale and malformed messages are dropped and logged. Decisions name a step at least
-``lead_steps`` (default one window) ahead, on a window boundary. If the coordinator goes away,
+``lead_steps`` ahead, on a window boundary: one window by default, more where an adapter hears
+them later (TensorFlow sends a decision a boundary before it applies it, MXNet's statistics
+lag the steps Python runs); a decision heard late applies a boundary later, and the loop waits
+for it. If the coordinator goes away,
 ``poll`` keeps returning None, training keeps the configuration in force, and the agent says so
 once. Nothing here blocks the training thread or keeps the process alive at exit.
 """

@@ -6,7 +6,9 @@ job measured for that configuration earlier), let the trigger decide, log everyt
 turn a switch into a Decision at a step far enough ahead that every worker hears it first:
 at least ``lead_steps`` steps and ``lead_s`` seconds (at the measured step time) after the
 window, rounded up to a window boundary.
-While a decision is pending (its step not yet reached), windows are observed but not acted on.
+While a decision is pending (its step not yet reached, or up to ``LATE_WINDOWS`` windows after it:
+an adapter that hears a decision late applies it at a later boundary), windows are observed but
+not acted on.
 The loop decides at most once per ``decide_every_s`` of training: a model's predictions cost
 the coordinator tens of milliseconds of CPU, which on a fast job (10 ms steps, 5-step windows)
 rank 0 would pay every 50 ms; the windows between are measured and logged.
@@ -87,7 +89,7 @@ PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is w
 PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
-LATE_WINDOWS = 2  # windows an exploration may take to come into force before it is dropped
+LATE_WINDOWS = 2  # windows a decision may come into force after its step before it is dropped
 MISS_SLOWDOWN = 0.5  # what a try is assumed to lose per window until the guard leaves it
 
 
@@ -151,7 +153,6 @@ class TuningLoop:
         self._windows = 0
         self._vetoed: dict[_Knobs, int] = {}  # configuration -> window the guard left it
         self._explored_from: Config | None = None  # where the guard's last exploration began
-        self._explored_at = 0  # the guard's window count when it began
         self._probed = False  # the guard measured the model's pick against native already
         self._climbed: set[_Knobs] = set()  # climbed to or from under the conditions in force
         self._misses = 0  # scheduled configurations the guard left for native, this conditions
@@ -182,10 +183,12 @@ class TuningLoop:
         self._call("observe", obs.config, obs.speed)
         if self.pending is not None:
             applied = knobs(obs.config) == knobs(self.pending.config)
-            if not applied and obs.first_step < self.pending.step:
-                self._remember(obs)
+            due = self.pending.step
+            if not applied and obs.first_step < due + LATE_WINDOWS * self.window_steps:
+                self._remember(obs)  # an adapter that heard it late applies it a boundary later
                 self.log.write("window", {**record, "action": "wait", "reason":
-                               f"decision {self.pending.id} applies at step {self.pending.step}"})
+                               f"decision {self.pending.id} applies at step {due}" +
+                               (" (late)" if obs.first_step >= due else "")})
                 return None
             if applied:
                 self.current = self.pending.config
@@ -194,11 +197,12 @@ class TuningLoop:
                     self._switch_costs.append(cost)
                     self.lost_s += cost
             else:
-                log.info("decision %d was not applied at step %d (workers still run %s); "
-                            "deciding again", self.pending.id, self.pending.step,
-                            obs.config.describe())
+                log.info("decision %d was not applied by step %d (workers still run %s); "
+                         "deciding again", self.pending.id, obs.first_step,
+                         obs.config.describe())
                 self.log.write("event", {"event": "not_applied", "decision_id": self.pending.id,
                                          "step": self.pending.step})
+                self._explored_from = None  # a try that never ran is not judged
             self.pending = None
         if knobs(obs.config) != knobs(self.current):
             log.warning("workers report %s but the coordinator expected %s; following them",
@@ -375,11 +379,6 @@ class TuningLoop:
                                f"{self.current.describe()}, not above native's {native:.1f} "
                                "beyond the noise band: back to native", verdict.gain,
                                verdict.error, verdict.adapt)
-        elif left is not None and knobs(self.current) == knobs(left):
-            if self._windows - self._explored_at > LATE_WINDOWS:
-                self._explored_from = None  # never applied: the workers stayed where it began
-            # else not in force yet: TensorFlow applies a decision that reaches it late a few
-            # steps after the step named, and a try is judged on its own windows only
         elif left is not None and knobs(self.current) in self._climbed:
             self._explored_from = None  # a climb from a scheduled one: kept if faster
             here, there = self.measured(self.current), self.measured(left)
@@ -390,7 +389,7 @@ class TuningLoop:
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
         elif native is None and cheap:
-            self._explored_from, self._explored_at = self.current, self._windows
+            self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
         barred = None
@@ -426,7 +425,7 @@ class TuningLoop:
         if climb is not None:
             assert current is not None and native is not None
             self._climbed.update((knobs(climb), knobs(self.current)))  # adapting forgets
-            self._explored_from, self._explored_at = self.current, self._windows
+            self._explored_from = self.current
             return Verdict("explore", climb, f"guard: {self.current.describe()} runs "
                            f"{current / native:.2f}x native; measure its neighbour "
                            f"{climb.describe()} for one window (within the "

@@ -134,10 +134,21 @@ def test_decision_never_applied_is_dropped_and_the_loop_decides_again() -> None:
                       config=A, tuner=ScriptedTuner([B, C]), trigger=ThresholdTrigger())
     first = loop.on_observation(observation(A, 100.0, 0))
     assert first is not None and first.step == 20
-    assert loop.on_observation(observation(A, 100.0, 10)) is None
-    second = loop.on_observation(observation(A, 100.0, 20))  # workers did not switch at 20
+    for step in (10, 20, 30):  # not switched at 20: heard late, it may apply a boundary later
+        assert loop.on_observation(observation(A, 100.0, step)) is None
+    second = loop.on_observation(observation(A, 100.0, 40))
     assert second is not None and second.id == 2 and knobs(second.config) == knobs(C)
     assert loop.current == A
+
+
+def test_a_decision_applied_a_window_late_is_taken_as_applied() -> None:
+    loop = TuningLoop(guard=False,
+                      config=A, tuner=ScriptedTuner([B, C]), trigger=ThresholdTrigger())
+    assert loop.on_observation(observation(A, 100.0, 0)) is not None
+    assert loop.on_observation(observation(A, 100.0, 10)) is None
+    assert loop.on_observation(observation(A, 100.0, 20)) is None
+    loop.on_observation(observation(B, 150.0, 30, steps=9, warmup_steps=1, warmup_s=0.6))
+    assert knobs(loop.current) == knobs(B) and loop.switch_cost_s == 0.5
 
 
 def test_lead_covers_lead_s_at_the_measured_step_time() -> None:
@@ -442,7 +453,7 @@ def test_decisions_at_most_every_decide_every_s_of_training(tmp_path: Path) -> N
     windows = [r for r in read_log(tmp_path / "d.jsonl") if r["type"] == "window"]
     assert len(windows) == 100
     decided = [w for w in windows if w["action"] in ("stay", "switch", "explore")]
-    assert 5 <= len(decided) <= 11, len(decided)  # pending decisions wait a few windows
+    assert 3 <= len(decided) <= 11, len(decided)  # pending decisions wait a few windows
     assert calls <= 4 * len(decided)
 
 
@@ -562,8 +573,8 @@ def test_a_climb_that_measures_no_faster_goes_back_and_each_neighbour_is_tried_o
 
 
 def test_a_climb_applied_late_is_judged_on_its_own_windows() -> None:
-    """TensorFlow applies a decision that reaches it late a few steps after the step named:
-    the window after it still runs where the climb began, and must not count as the climb's."""
+    """An adapter that hears a decision late applies it a window after the step named: the
+    window between still runs where the climb began, and must not count as the climb's."""
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=B, tuner=PredictingTuner(FLAT, [native, A, B, UP, DOWN]),
                       trigger=ThresholdTrigger(), explore_share=0.02)

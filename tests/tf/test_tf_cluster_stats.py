@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,13 +16,18 @@ import pytest
 from numpy.typing import NDArray
 
 from autobyte_tf.cluster import check_no_auto_jit, file_barrier, parse_tf_config
-from autobyte_tf.control import Controller, SteppedFunction
+from autobyte_tf.control import Controller, SteppedFunction, decision_lead
 from autobyte_tf.planning import TensorInfo
 from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
 from common.config import Config
-from common.control import Decision, TuningAgent
+from common.control import Decision, TuningAgent, TuningLoop
+from common.control.testing import ScriptedTuner
 from common.errors import ConfigError
 from common.stats import Window
+from common.trigger import ThresholdTrigger
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
+from control_helpers import observation
 
 
 def tf_config(workers: list[str], index: int = 0, kind: str = "worker") -> dict[str, str]:
@@ -217,6 +223,28 @@ def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_foll
     for c in workers:
         assert c.agent is not None
         c.agent.close()
+
+
+def test_a_decision_heard_after_its_window_ends_applies_at_the_step_the_loop_names() -> None:
+    """With the adapter's lead, a decision on window [0, w) that reaches rank 0 only once step
+    w began (the earliest the coordinator can hear of the window) still applies at its step:
+    the agreement sends it a boundary ahead."""
+    w = 2
+    base = Config(partition_bytes=4096, credit_bytes=8192, window_steps=w, tuner="none")
+    fast = base.replace(partition_bytes=16384, credit_bytes=32768)
+    loop = TuningLoop(config=base, tuner=ScriptedTuner([fast]), trigger=ThresholdTrigger(),
+                      guard=False, lead_steps=decision_lead(w), lead_s=0.0)
+    decision = loop.on_observation(observation(base, 100.0, 0, steps=w))
+    assert decision is not None
+    agent = TuningAgent(rank=0, num_workers=1, config=base, environ={})
+    rank0 = Controller(config=base, rank=0, workers=1, bandwidth=1e9,
+                       broadcast=lambda v: lambda: v, agent=agent)
+    run_steps([rank0], w + 1)
+    agent._on_decision(decision)
+    run_steps([rank0], decision.step - (w + 1))
+    assert rank0.config == base
+    assert run_steps([rank0], 1) == [[True]] and rank0.config == fast
+    agent.close()
 
 
 def test_a_step_that_traced_is_warmup_for_the_tuner() -> None:
