@@ -84,8 +84,9 @@ COMM_PRIORITY = 1 << 20
 # never stalls the engine: the step in between is still queued.
 RUN_AHEAD_STEPS = 2
 # A step reaches the tuner once all its blocks are done, up to RUN_AHEAD_STEPS + 1 steps after
-# Python ran it: a hosted coordinator's decisions lead by that much more than one window.
-FEED_LAG_STEPS = RUN_AHEAD_STEPS + 1
+# Python ran it, and rank 0 proposes each step's configuration a step ahead: a decision leads by
+# that much (besides the message's time).
+DECISION_LEAD_STEPS = RUN_AHEAD_STEPS + 2
 
 
 @KVStoreBase.register
@@ -115,7 +116,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._config = config if config is not None else Config.from_env(start=START["ps"],
                                                                                **options)
         agent_options = adapter_options(tuning)
-        agent_options.setdefault("lead_steps", self._config.window_steps + FEED_LAG_STEPS)
+        agent_options.setdefault("lead_steps", DECISION_LEAD_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)
         self._calls = Calls(self._kv)

@@ -54,11 +54,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--window-steps", type=int, help="steps per statistics window "
                         "(default AUTOBYTE_WINDOW_STEPS or 10)")
     parser.add_argument("--lead-steps", type=int,
-                        help="a decision applies at least this many steps ahead (default: one "
-                        "window)")
+                        help="decisions lead the window they are decided on by at least this "
+                        "many steps (default 0: each worker says what its adapter needs)")
     parser.add_argument("--lead-seconds", type=float, default=0.3, metavar="SECONDS",
-                        help="... and at least this long ahead at the measured step time "
-                        "(default 0.3)")
+                        help="... plus this long at the measured step time (default 0.3)")
     parser.add_argument("--explore-budget", type=int, default=16, metavar="N",
                         help="configurations a search tuner may try before settling (again "
                         "after each detected change); threshold trigger only")

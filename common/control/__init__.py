@@ -26,10 +26,11 @@ needs none of these.
 Messages are JSON with a schema version, HMAC-SHA256-signed with
 ``AUTOBYTE_SECRET`` (``ensure_secret()`` makes one per job for launchers); forged, replayed,
 stale and malformed messages are dropped and logged. Decisions name a step at least
-``lead_steps`` ahead, on a window boundary: one window by default, more where an adapter hears
-them later (TensorFlow sends a decision a boundary before it applies it, MXNet's statistics
-lag the steps Python runs); a decision heard late applies a boundary later, and the loop waits
-for it. If the coordinator goes away,
+``lead_steps`` plus ``lead_s`` (at the measured step time) after the window they were decided on,
+on a window boundary; each worker's hello says what its adapter needs (TensorFlow sends a
+decision a boundary before it applies it, MXNet's statistics lag the steps Python runs), and a
+decision heard late applies a boundary later, which the loop waits for. If the coordinator goes
+away,
 ``poll`` keeps returning None, training keeps the configuration in force, and the agent says so
 once. Nothing here blocks the training thread or keeps the process alive at exit.
 """

@@ -135,7 +135,8 @@ class TuningAgent:
             ctx=self._ctx, endpoint=endpoint,
             signer=Signer(secret=key, sender=f"worker{rank}"),
             verifier=Verifier(secret=key, max_age_s=max_age_s, accept=("decision", "heartbeat")),
-            hello={"rank": rank, "num_workers": num_workers, "config": config.to_dict()},
+            hello={"rank": rank, "num_workers": num_workers, "config": config.to_dict(),
+                   "lead_steps": lead_steps or 0},
             heartbeat_s=heartbeat_s, dead_after_s=dead_after_s,
             on_decision=self._on_decision, describe_config=lambda: self._config.describe(),
             progress=lambda: self.last_step)

@@ -40,6 +40,7 @@ MUTE_S = 60.0
 STOP_TIMEOUT_S = 30.0  # how long close() waits for the serving thread
 
 _MAX_OPEN_WINDOWS = 64  # windows waiting for a slow or lost worker, oldest dropped first
+MAX_LEAD_STEPS = 10_000  # the most a worker may ask decisions to lead by (a bad hello is ignored)
 
 
 class Coordinator:
@@ -317,6 +318,10 @@ class Coordinator:
             if claimed != self.num_workers:
                 log.error("%s says the job has %r workers, this coordinator expects %d: its "
                           "windows will be dropped", message.sender, claimed, self.num_workers)
+            lead = message.body.get("lead_steps", 0)
+            if isinstance(lead, int) and not isinstance(lead, bool) and \
+                    self.loop.lead_steps < lead <= MAX_LEAD_STEPS:
+                self.loop.lead_steps = lead  # what the worker's adapter needs
             self._send(identity, "heartbeat", self._heartbeat())
         elif message.type == "bye":
             self._byes.add(message.sender)

@@ -4,8 +4,9 @@ Per merged window: tell the tuner what the configuration in force achieved, ask 
 proposal, attach predictions (the tuner's own when it has a model, otherwise the speed this
 job measured for that configuration earlier), let the trigger decide, log everything, and
 turn a switch into a Decision at a step far enough ahead that every worker hears it first:
-at least ``lead_steps`` steps and ``lead_s`` seconds (at the measured step time) after the
-window, rounded up to a window boundary.
+``lead_steps`` (what the adapter needs: how late it hears of a window, how early it must know)
+plus ``lead_s`` (the message's way, at the measured step time) after the window, rounded up to
+a window boundary.
 While a decision is pending (its step not yet reached, or up to ``LATE_WINDOWS`` windows after it:
 an adapter that hears a decision late applies it at a later boundary), windows are observed but
 not acted on.
@@ -111,7 +112,7 @@ class TuningLoop:
         self.trigger = trigger
         self.log = decision_log or DecisionLog(None)
         self.window_steps = config.window_steps
-        self.lead_steps = self.window_steps if lead_steps is None else lead_steps
+        self.lead_steps = 0 if lead_steps is None else lead_steps
         self.lead_s = lead_s
         self.top_candidates = 4
         if self.lead_steps < 0 or not lead_s >= 0 or not decide_every_s >= 0:
@@ -285,7 +286,7 @@ class TuningLoop:
         budget ('' if it does), once native is measured: what the job lost against it, plus
         what a miss would cost (the switch, and half the time on the configuration: the
         windows until the guard leaves it, one for a probe or trial from native and
-        ``guard_windows`` otherwise, then the decision's lead and a window of rounding), must
+        ``guard_windows`` otherwise, then the decision's lead, rounded up to windows), must
         stay within ``explore_share`` of the time trained. A model far off on a fast job then
         costs a bounded share of it whenever the job stops; measured gains earn room for more
         tries. Before native is measured (a job's first window is not counted) nothing is
@@ -297,8 +298,7 @@ class TuningLoop:
         if self.measured(self.native) is None:
             return "native is not measured yet (every try is measured against it)"
         windows = self.guard_windows if windows is None else windows
-        lead_s = max(self.lead_steps * self._step_s, self.lead_s)
-        on_s = (windows + 1) * self._window_s + lead_s
+        on_s = (windows + -(-self._lead(self._step_s) // self.window_steps)) * self._window_s
         miss = self.switch_cost_s + on_s * MISS_SLOWDOWN
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
@@ -521,10 +521,7 @@ class TuningLoop:
     def _decide(self, obs: Observation, verdict: Verdict) -> Decision | None:
         if verdict.action == "stay" or knobs(verdict.config) == knobs(self.current):
             return None
-        lead = self.lead_steps
-        if obs.step_time_s > 0:
-            lead = max(lead, math.ceil(self.lead_s / obs.step_time_s))
-        start = obs.last_step + 1 + lead
+        start = obs.last_step + 1 + self._lead(obs.step_time_s)
         step = -(-start // self.window_steps) * self.window_steps
         new = self.current.replace(partition_bytes=verdict.config.partition_bytes,
                                    credit_bytes=verdict.config.credit_bytes,
@@ -534,6 +531,11 @@ class TuningLoop:
         self._next_id += 1
         self.pending = self.latest = decision
         return decision
+
+    def _lead(self, step_time_s: float) -> int:
+        """Steps from the end of a window to the earliest step a decision on it may name."""
+        extra = math.ceil(self.lead_s / step_time_s) if step_time_s > 0 else 0
+        return self.lead_steps + extra
 
     def _predict_current(self, obs: Observation) -> float | None:
         predicted = self._predictions([self.current])

@@ -358,3 +358,28 @@ def test_a_flood_of_forged_messages_is_muted_and_summed_up(
         c.close()
     lines = [r for r in caplog.records if "dropped" in r.getMessage()]
     assert 5 <= len(lines) <= 7, [r.getMessage() for r in lines]
+
+
+def test_a_standalone_coordinator_leads_decisions_by_what_the_workers_adapter_needs() -> None:
+    """A standalone coordinator knows nothing of the adapter: each worker's hello says how many
+    steps its decisions must lead by, and the coordinator's loop takes the largest (a bad value
+    is ignored)."""
+    config = Config(window_steps=2)
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
+                              secret=KEY, tuner=ScriptedTuner([]))
+    assert coordinator.loop.lead_steps == 0
+    server = threading.Thread(target=coordinator.run, daemon=True)
+    server.start()
+    agents = [TuningAgent(rank=rank, num_workers=2, config=config, endpoint=coordinator.endpoint,
+                          secret=KEY, host_coordinator=False, environ={}, lead_steps=lead)
+              for rank, lead in ((0, 3), (1, 10**9))]
+    try:
+        deadline = time.monotonic() + 10
+        while len(coordinator._peers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # both hellos are in
+        assert len(coordinator._peers) == 2 and coordinator.loop.lead_steps == 3
+    finally:
+        for agent in agents:
+            agent.close()
+        coordinator.request_stop()
+        server.join(10)
