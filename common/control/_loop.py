@@ -300,7 +300,7 @@ class TuningLoop:
         if self.measured(self.native) is None:
             return "native is not measured yet (every try is measured against it)"
         windows = self.guard_windows if windows is None else windows
-        on_s = (windows + -(-self._lead(self._step_s) // self.window_steps)) * self._window_s
+        on_s = (windows + math.ceil(self._lead(self._step_s) / self.window_steps)) * self._window_s
         miss = self.switch_cost_s + on_s * MISS_SLOWDOWN
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
@@ -620,9 +620,7 @@ class TuningLoop:
         keep = {knobs(self.native)}
         if self._explored_from is not None:
             keep.add(knobs(self._explored_from))
-        kept = {k: v for k, v in self._history.items() if k in keep}
-        self._history.clear()
-        self._history.update(kept)
+        self._history = {k: v for k, v in self._history.items() if k in keep}
         if self._recent and self.current.scheduling:
             self._remember(self._recent[-1])  # the window just measured is not stale
         self.trigger.reset()
