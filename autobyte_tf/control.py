@@ -1,11 +1,12 @@
 """Step boundaries: config agreement, sampled steps, plans and retraces.
 
 Every worker must switch configuration (and plan) at the same step, because collectives are
-matched by creation order. At every ``window_steps``-th step boundary each worker starts one
-tiny collective that broadcasts rank 0's decision: the configuration in force from the next
-boundary on and, once, rank 0's measured per-tensor backward times. The collective runs while
-the window's steps do, and its result is taken at the next boundary: waiting for it at once
-made every boundary a barrier (6% of a 14 ms step on the demo cnn). A worker whose plan changed
+matched by creation order. Half a window before every ``window_steps``-th step boundary each
+worker starts one tiny collective that broadcasts rank 0's decision: the configuration in force
+from that boundary on and, once, rank 0's measured per-tensor backward times. The collective
+runs while the half window's steps do, and its result is taken at the boundary: waiting for it
+at once made every boundary a barrier (6% of a 14 ms step on the demo cnn), and sending it a
+whole window ahead made every decision wait a window more. A worker whose plan changed
 switches its step function at that same step: to the trace it already made for that plan
 (``TRACE_CACHE`` of them are kept, so going back costs nothing) or to a new trace; between
 changes nothing but a step counter runs in Python.
@@ -46,9 +47,15 @@ TRACE_CACHE = 8  # traced step functions kept per step function (a trace holds i
 
 def decision_lead(window_steps: int) -> int:
     """Steps a tuning decision must come due after the window it was decided on: rank 0
-    sends it at the boundary before the one it applies at, and hears of a window only after
-    its last step, so a decision due one window on would reach the workers a window late."""
-    return window_steps + 1
+    sends it half a window before the boundary it applies at (``_send_offset``) and hears of
+    a window only after its last step."""
+    return window_steps - _send_offset(window_steps) + 1
+
+
+def _send_offset(window_steps: int) -> int:
+    """The step within a window at which the agreement for the next boundary starts."""
+    return window_steps // 2
+
 
 Vector = NDArray[np.float64]
 Broadcast = Callable[[Vector], Callable[[], Vector]]
@@ -66,7 +73,7 @@ class Controller:
     ``broadcast`` starts sending rank 0's float64 vector to every worker (a collective) and
     returns a function that waits for the result; it is called at the same steps on every
     worker with vectors of the same length. ``agent`` (live tuning) is fed every step and
-    asked at each agreement step for a decision due by the next one.
+    asked half a window before each boundary for a decision due by it.
     """
 
     def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
@@ -171,7 +178,8 @@ class Controller:
 
     # -- the step protocol ----------------------------------------------------------------------
     def reconfigure(self, config: Config) -> None:
-        """Ask for ``config`` from the next agreement boundary on (rank 0's request wins)."""
+        """Ask for ``config`` from the first boundary whose agreement has not started on
+        (rank 0's request wins)."""
         if not isinstance(config, Config):
             raise TypeError(f"reconfigure needs a common.config.Config, got {config!r}")
         self._pending = config
@@ -183,12 +191,15 @@ class Controller:
             self._owner = owner
             self._main, self._local_times, self._times_sent = None, None, False
         rebuild = False
-        if self.step > 0 and self.step % self._config.window_steps == 0:
+        w = self._config.window_steps
+        if self.step > 0 and self.step % w == 0:
+            rebuild = self._take()
+        if self.step % w == _send_offset(w):
             if self.agent is not None:  # what is sent now is in force from the next boundary
-                due = self.agent.due(self.step + self._config.window_steps)
+                due = self.agent.due(self.step + w - _send_offset(w))
                 if due is not None and self._pending is None:  # an explicit request wins
                     self._pending = due
-            rebuild = self._agree()
+            self._send()
         sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
         self._traced = False
         with self._lock:
@@ -216,20 +227,18 @@ class Controller:
                                    warmup=traced)
         self.step += 1
 
-    def _agree(self) -> bool:
-        """Take the agreement started one boundary ago, start the next; True if this step
-        must use a new plan."""
-        rebuild = False
-        if self._inflight is not None:
-            wait, main = self._inflight
-            self._inflight = None
-            started = time.perf_counter()
-            vector = wait()
-            log.debug("step %d: waited %.1f ms for the agreement", self.step,
-                      (time.perf_counter() - started) * 1e3)
-            rebuild = self._apply(vector, main)
-        self._send()
-        return rebuild
+    def _take(self) -> bool:
+        """Take the agreement started half a window ago; True if this step must use a new
+        plan."""
+        if self._inflight is None:
+            return False
+        wait, main = self._inflight
+        self._inflight = None
+        started = time.perf_counter()
+        vector = wait()
+        log.debug("step %d: waited %.1f ms for the agreement", self.step,
+                  (time.perf_counter() - started) * 1e3)
+        return self._apply(vector, main)
 
     def _send(self) -> None:
         main = self._main

@@ -158,8 +158,9 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         return self._controller.measured_plan
 
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
-        """Switch to ``config`` (or the current one with ``changes``) one window after the
-        next agreement step (the agreement runs while that window trains).
+        """Switch to ``config`` (or the current one with ``changes``) at the first window
+        boundary that is at least half a window away (the agreement runs while that half
+        window trains).
 
         Every worker switches at the same step; rank 0's request decides (calling it on every
         worker with the same value is fine). The next step of each function retraces once,

@@ -24,31 +24,30 @@ its cost is not made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
-``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes seconds:
-the first window's warm-up tells how many), and again after conditions change (the speed in
-force moves threefold); a configuration measured slower than native beyond ``noise_band`` is
-never switched to, and one the job is on goes back to native after ``guard_windows`` such
-windows; when the guard's measurement of native comes out slower than the configuration it left,
-the job goes straight back (the trigger may still be waiting for its predictions to settle), and
-no prediction leads the job to a configuration this job measured slower than the one in force,
-under the same conditions. On native (where jobs start, ``common.plan.START``), the guard
-measures the model's pick for one window when the model ranks it above its own prediction of
-native by more than the gain threshold and half that gain (at most ``PROBE_GAIN_CAP``) over the
-time trained so far pays for the switch (once per conditions): a model far off on an unseen job
-still ranks, but its speeds are too low for the trigger to ever leave native; the pick stays
-only if it measures faster than native beyond ``noise_band``. When the model ranks native
-first, its best scheduled pick is tried the same way once a miss fits the exploration budget
-(``_trial``). A configuration the guard left
-stays barred for ``veto_windows`` windows, adaptations included (a predictor that keeps
-overrating it would otherwise lead the job back after every adaptation), and after
-``MAX_MISSES`` such configurations only measured ones are switched to until conditions change (a
-model far off keeps finding a new neighbour to overrate). A model-led move to an unmeasured
-configuration must also fit the exploration budget (``explore_share`` of the time trained, see
-``_unaffordable``). On a scheduled configuration measured faster than native, the guard climbs
-within the same budget: it measures the neighbour the model ranks first for one window and
-keeps it only if it measures faster than where it began (``_climb``), so a model that found
-the right region but cannot rank within it still gets the job to a local best. The decision
-log says when the guard acted.
+``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes seconds: the
+first window's warm-up tells how many), and again after conditions change (the speed in force moves
+threefold); a configuration measured slower than native beyond ``noise_band`` is never switched to,
+and one the job is on goes back to native after ``guard_windows`` such windows; when the guard's
+measurement of native comes out slower than the configuration it left, the job goes straight back
+(the trigger may still be waiting for its predictions to settle), and between two configurations
+this job measured under the same conditions, the measurements decide: no prediction moves the job
+unless the target measured faster beyond ``noise_band``. On native (where jobs start,
+``common.plan.START``), the guard measures the model's pick for one window when the model ranks it
+above its own prediction of native by more than the gain threshold and half that gain (at most
+``PROBE_GAIN_CAP``) over the time trained so far pays for the switch (once per conditions): a model
+far off on an unseen job still ranks, but its speeds are too low for the trigger to ever leave
+native; the pick stays only if it measures faster than native beyond ``noise_band``. When the model
+ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
+budget (``_trial``). A configuration the guard left stays barred for ``veto_windows`` windows,
+adaptations included (a predictor that keeps overrating it would otherwise lead the job back after
+every adaptation), and after ``MAX_MISSES`` such configurations only measured ones are switched to
+until conditions change (a model far off keeps finding a new neighbour to overrate). A model-led
+move to an unmeasured configuration must also fit the exploration budget (``explore_share`` of the
+time trained, see ``_unaffordable``), and from a measured scheduled one it is judged as a climb is.
+On a scheduled configuration measured faster than native, the guard climbs within the same budget:
+it measures the neighbour the model ranks first for one window and keeps it only if it measures
+faster than where it began (``_climb``), so a model that found the right region but cannot rank
+within it still gets the job to a local best. The decision log says when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -90,6 +89,7 @@ PROBE_GAIN_CAP = 0.5  # the most of a model's predicted gain a probe's cost is w
 PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks measure slower
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
+DRIFT = 0.15  # a window this far off its configuration's measurement: the conditions moved
 LATE_WINDOWS = 2  # windows a decision may come into force after its step before it is dropped
 MISS_SLOWDOWN = 0.25  # what a try is assumed to lose until the guard leaves it: of 52 tries
 #                      from native in the native sweep's jobs, 33 measured slower, by 23% on
@@ -399,12 +399,17 @@ class TuningLoop:
             why = self._barred(verdict.config, native) if verdict.config.scheduling else ""
             there, here = self.measured(verdict.config), self.measured(self.current)
             if not why and there is not None and here is not None and \
-                    there < here * (1.0 - self.noise_band):
-                why = f"measured {there:.1f} samples/s, below the {here:.1f} in force"
+                    there <= here * (1.0 + self.noise_band):
+                why = (f"measured {there:.1f} samples/s, not above the {here:.1f} in force "
+                       "beyond the noise band")
             if why:
                 barred = verdict = Verdict("stay", self.current, f"guard: not switching to "
                                            f"{verdict.config.describe()}, {why}", verdict.gain,
                                            verdict.error, verdict.adapt)
+            elif verdict.action == "switch" and there is None and here is not None and \
+                    self.current.scheduling and verdict.config.scheduling:
+                self._climbed.update((knobs(verdict.config), knobs(self.current)))
+                self._explored_from = self.current  # judged as a climb: kept if faster
         current = self.measured(self.current)
         if native is not None and current is not None and self.current.scheduling and \
                 current < native * (1.0 - self.noise_band):
@@ -612,25 +617,39 @@ class TuningLoop:
         self._history[key].append(obs.speed)
 
     def _adapt(self) -> None:
-        """Predictions drifted: the environment may have changed, so old measurements are
-        stale, all but the guard's references: native's, and where a try under way began
-        (it is judged against it), until the speed in force says conditions changed
-        (``_check_conditions``), since a model far off on an unseen job drifts every few
-        windows and a new measurement of native costs two switches."""
-        keep = {knobs(self.native)}
-        if self._explored_from is not None:
-            keep.add(knobs(self._explored_from))
-        self._history = {k: v for k, v in self._history.items() if k in keep}
-        if self._recent and self.current.scheduling:
-            self._remember(self._recent[-1])  # the window just measured is not stale
+        """Predictions drifted. The model adapts; the job's measurements stay unless the
+        configuration in force also ran ``DRIFT`` off what the job measured it at (a model
+        far off on an unseen job drifts every few windows while the conditions hold, and a
+        job that forgets its measurements tries its neighbours again). When they go, the
+        guard's references stay: native's (a new measurement costs two switches) and where a
+        try under way began (it is judged against it), until the speed in force says the
+        conditions changed (``_check_conditions``)."""
+        if self._drifted():
+            keep = {knobs(self.native)}
+            if self._explored_from is not None:
+                keep.add(knobs(self._explored_from))
+            self._history = {k: v for k, v in self._history.items() if k in keep}
+            if self._recent and self.current.scheduling:
+                self._remember(self._recent[-1])  # the window just measured is not stale
+            what = "measurements cleared but native's, this window's and a try's origin"
+        else:
+            what = "measurements kept: the configuration in force runs as measured"
         self.trigger.reset()
         if callable(getattr(self.tuner, "adapt", None)):
             self._call("adapt", list(self._recent))
         elif callable(getattr(self.tuner, "reset", None)):
             self._call("reset")
         self.log.write("event", {"event": "adapt", "reason": "prediction error above "
-                                 "adapt_threshold; measurements cleared but native's, this "
-                                 "window's and a try's origin"})
+                                 f"adapt_threshold; {what}"})
+
+    def _drifted(self) -> bool:
+        """Whether the window just measured ran ``DRIFT`` off the job's earlier windows of the
+        same configuration (without earlier windows nothing says the conditions moved)."""
+        speeds = self._history.get(knobs(self.current))
+        if not self._recent or not speeds or len(speeds) < 2:
+            return False
+        past = statistics.fmean(list(speeds)[:-1])
+        return past > 0 and abs(self._recent[-1].speed / past - 1.0) > DRIFT
 
     def _call(self, name: str, *args: Any) -> Any:
         """Call a tuner hook; a failing tuner must never stop training, so log and go on."""

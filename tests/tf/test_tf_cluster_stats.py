@@ -133,9 +133,9 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     rebuilds = run_steps(workers, 5)
     for rank, c in enumerate(workers):
         results[rank].append(c.config)
-    assert sent[0][:2].tolist() == [1.0, 16384.0]  # sent at step 2 ...
-    assert rebuilds[:3] == [[False, False]] * 3
-    assert rebuilds[3] == [True, True]  # ... in force from the next agreement, step 4, on both
+    assert sent[0][:2].tolist() == [1.0, 16384.0]  # sent at step 1, half a window ahead ...
+    assert rebuilds[0] == [False, False] and rebuilds[2:] == [[False, False]] * 3
+    assert rebuilds[1] == [True, True]  # ... in force from the boundary, step 2, on both
     assert results[0] == results[1]
     assert results[0][0].partition_bytes == 16 * 1024
     more = run_steps(workers, 6)
@@ -168,11 +168,9 @@ def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one
     assert [a(), a(), b()] == ["a", "a", "b"]
     assert builds == {"a": 1, "b": 1}
     c.reconfigure(Config(partition_bytes=8192, credit_bytes=8192))
-    a()  # step 3: no agreement yet
-    a()  # step 4: agreed ...
-    a()
+    a()  # step 3: the agreement starts half a window ahead ...
     assert c.config.partition_bytes != 8192
-    a()  # step 6: ... in force from the next agreement on, a rebuilds
+    a()  # step 4: ... in force from the boundary on, a rebuilds
     assert c.config.partition_bytes == 8192 and builds["a"] == 2
     b()
     assert builds["b"] == 2
@@ -208,7 +206,7 @@ def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_foll
     fast = base.replace(partition_bytes=16384, credit_bytes=32768)
     assert workers[0].agent is not None
     workers[0].agent._on_decision(Decision(id=1, step=4, config=fast, session="s"))
-    run_steps(workers, 4)  # step 2 agrees too, but the decision is for step 4
+    run_steps(workers, 4)  # step 1's agreement is for step 2, step 3's for step 4
     assert [c.config for c in workers] == [base, base]
     rebuilds = run_steps(workers, 2)
     assert rebuilds[0] == [True, True]
