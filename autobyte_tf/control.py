@@ -192,11 +192,12 @@ class Controller:
             self._main, self._local_times, self._times_sent = None, None, False
         rebuild = False
         w = self._config.window_steps
+        offset = _send_offset(w)
         if self.step > 0 and self.step % w == 0:
             rebuild = self._take()
-        if self.step % w == _send_offset(w):
+        if self.step % w == offset:
             if self.agent is not None:  # what is sent now is in force from the next boundary
-                due = self.agent.due(self.step + w - _send_offset(w))
+                due = self.agent.due(self.step + w - offset)
                 if due is not None and self._pending is None:  # an explicit request wins
                     self._pending = due
             self._send()

@@ -28,10 +28,11 @@ Messages are JSON with a schema version, HMAC-SHA256-signed with
 stale and malformed messages are dropped and logged. Decisions name a step at least
 ``lead_steps`` plus ``lead_s`` (at the measured step time) after the window they were decided on,
 on a window boundary; each worker's hello says what its adapter needs (TensorFlow sends a
-decision a boundary before it applies it, MXNet's statistics lag the steps Python runs), and a
-decision heard late applies a boundary later, which the loop waits for. If the coordinator goes
-away, ``poll`` keeps returning None, training keeps the configuration in force, and the agent
-says so once. Nothing here blocks the training thread or keeps the process alive at exit.
+decision half a window before the boundary it applies at, MXNet's statistics lag the steps
+Python runs), and a decision heard late applies a boundary later, which the loop waits for.
+If the coordinator goes away, ``poll`` keeps returning None, training keeps the configuration
+in force, and the agent says so once. Nothing here blocks the training thread or keeps the
+process alive at exit.
 """
 
 from common.control._agent import (
