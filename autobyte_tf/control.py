@@ -1,15 +1,16 @@
 """Step boundaries: config agreement, sampled steps, plans and retraces.
 
 Every worker must switch configuration (and plan) at the same step, because collectives are
-matched by creation order. Half a window before every ``window_steps``-th step boundary each
-worker starts one tiny collective that broadcasts rank 0's decision: the configuration in force
-from that boundary on and, once, rank 0's measured per-tensor backward times. The collective
-runs while the half window's steps do, and its result is taken at the boundary: waiting for it
-at once made every boundary a barrier (6% of a 14 ms step on the demo cnn), and sending it a
-whole window ahead made every decision wait a window more. A worker whose plan changed
-switches its step function at that same step: to the trace it already made for that plan
-(``TRACE_CACHE`` of them are kept, so going back costs nothing) or to a new trace; between
-changes nothing but a step counter runs in Python.
+matched by creation order. Half a window before every ``window_steps``-th step boundary rank 0
+puts its decision (the configuration in force from that boundary on and, once, its measured per-
+tensor backward times) where the next steps' gradient all-reduce carries it to every worker
+(``broadcast``: in the strategy, a few extra elements of that all-reduce), and every worker
+takes the result at the boundary. A collective of its own was a barrier when waited for at once
+(6% of a 14 ms step on the demo cnn), or one more collective and thread beside the steps every
+window; riding costs neither. Sending a whole window ahead made every decision wait a window
+more. A worker whose plan changed switches its step function at that same step: to the trace it
+already made for that plan (``TRACE_CACHE`` of them are kept, so going back costs nothing) or to
+a new trace; between changes nothing but a step counter runs in Python.
 
 Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) stamp
 when each gradient is ready. The stamps are in every trace behind one flag (``set_sampling``),
@@ -70,10 +71,10 @@ class _Step:
 class Controller:
     """Holds the configuration in force, plans per call signature, and the step protocol.
 
-    ``broadcast`` starts sending rank 0's float64 vector to every worker (a collective) and
-    returns a function that waits for the result; it is called at the same steps on every
-    worker with vectors of the same length. ``agent`` (live tuning) is fed every step and
-    asked half a window before each boundary for a decision due by it.
+    ``broadcast`` starts sending rank 0's float64 vector (``vector_length`` long) to every
+    worker and returns a function that waits for the result; it is called at the same steps
+    on every worker, and the steps in between run on every worker. ``agent`` (live tuning) is
+    fed every step and asked half a window before each boundary for a decision due by it.
     """
 
     def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
@@ -119,6 +120,16 @@ class Controller:
     @property
     def scheduling(self) -> bool:
         return self._config.scheduling
+
+    @property
+    def main_call(self) -> tuple[TensorInfo, ...] | None:
+        """The largest all-reduce call traced (the gradients'), which carries the agreement."""
+        return self._main
+
+    @property
+    def vector_length(self) -> int:
+        """Length of the agreement's vector while ``main_call`` is in force."""
+        return _HEADER + (len(self._main) if self._main is not None else 0)
 
     @property
     def trace_key(self) -> tuple[object, ...]:
@@ -243,7 +254,7 @@ class Controller:
 
     def _send(self) -> None:
         main = self._main
-        vector = np.zeros(_HEADER + (len(main) if main is not None else 0), dtype=np.float64)
+        vector = np.zeros(self.vector_length, dtype=np.float64)
         if self.rank == 0:
             if self._pending is not None:
                 c = self._pending

@@ -54,16 +54,37 @@ class Planner(Protocol):
         """Where gradient-ready stamps go; None: trace no stamps."""
         ...
 
+    @property
+    def main_call(self) -> tuple[TensorInfo, ...] | None:
+        """The call that carries the step agreement (the gradients')."""
+        ...
+
+    @property
+    def vector_length(self) -> int:
+        """float64 values of the step agreement while ``main_call`` is in force."""
+        ...
+
+
+class Rider(Protocol):
+    """What rides in the main call's all-reduce (the step agreement), set up while tracing."""
+
+    def ride(self, length: int, dtype: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+        """A flat tensor of ``dtype`` carrying ``length`` float64 values, to add to the
+        all-reduce, and a function that takes its sum; None if nothing rides (the agreement then
+        goes its own way)."""
+        ...
+
 
 class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
     """Drop-in for MWMS's ``CollectiveAllReduce`` with the same devices, group and keys."""
 
-    def __init__(self, base: Any, planner: Planner, sampling: Any) -> None:
+    def __init__(self, base: Any, planner: Planner, sampling: Any, rider: Rider) -> None:
         super().__init__(devices=base._devices, group_size=base._group_size,
                          options=base._options, collective_keys=base._collective_keys,
                          canonicalize_devices=base._canonicalize_devices)
         self._planner = planner
         self._sampling = sampling  # bool variable: stamps fire only on sampled steps
+        self._rider = rider
         self._lanes: list[list[Any]] = []
         with tf.init_scope():
             for device in self._devices:
@@ -83,9 +104,19 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                       for i, t in enumerate(flat))
         stamps = self._planner.stamps()
         device = self._devices[replica_id]
+        mean = reduce_op == reduce_util.ReduceOp.MEAN
         if not self._planner.scheduling:  # MWMS's own pack, with the same statistics
             self._planner.note_call(infos)
-            native = tf.nest.flatten(super()._all_reduce(reduce_op, value, replica_id, options))
+            riding = self._riding(infos, flat)
+            if riding is None:
+                native = tf.nest.flatten(
+                    super()._all_reduce(reduce_op, value, replica_id, options))
+            else:  # summed, so the rider's sum is exact; MEAN divides as MWMS does
+                *native, total = super()._all_reduce(reduce_util.ReduceOp.SUM,
+                                                     [*flat, riding[0]], replica_id, options)
+                riding[1](total)
+                if mean:
+                    native = [r / self._group_size for r in native]
             if stamps is None:
                 return tf.nest.pack_sequence_as(value, native)
             with tf.device(device), tf.name_scope("autobyte_native"):
@@ -93,20 +124,33 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 return tf.nest.pack_sequence_as(
                     value, [after(m, r) for m, r in zip(marks, native, strict=True)])
         plan = self._planner.plan_for(infos)
+        riding = self._riding(infos, flat)
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
-            reduced = self._issue(flat, plan, replica_id, options)
+            reduced = self._issue(flat, plan, replica_id, options,
+                                  rider=None if riding is None else riding[0])
+            if riding is not None:
+                riding[1](reduced.pop())
             marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
-                if reduce_op == reduce_util.ReduceOp.MEAN:
+                if mean:
                     r = r / tf.cast(self._group_size, r.dtype)
                 r = tf.reshape(r, t.shape.as_list())
                 out.append(after(marks[i], r) if marks else r)
         return tf.nest.pack_sequence_as(value, out)
 
+    def _riding(self, infos: tuple[TensorInfo, ...],
+                flat: Sequence[Any]) -> tuple[Any, Callable[[Any], Any]] | None:
+        """The step agreement's tensor, if this call is the main one (its gradients share one
+        dtype, as every block and MWMS's pack need)."""
+        if infos != self._planner.main_call or len({t.dtype for t in flat}) != 1:
+            return None
+        return self._rider.ride(self._planner.vector_length, flat[0].dtype)
+
     def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
-               options: Any) -> list[Any]:
-        """Pack each block, create its collective in plan order, return each tensor whole."""
+               options: Any, *, rider: Any = None) -> list[Any]:
+        """Pack each block, create its collective in plan order, return each tensor whole
+        (and, after them, the sum of ``rider``, which goes with the last block issued)."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
         hint = options.implementation.value
@@ -121,6 +165,8 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                   for t, s in zip(flat, sizes, strict=True)]
         inputs = {block.index: [next(pieces[s.tensor]) for s in block.segments]
                   for block in layout.blocks}
+        if rider is not None:
+            inputs[plan.order[-1]] = [*inputs[plan.order[-1]], rider]
         reduced: dict[int, Any] = {}
         for j, index in enumerate(plan.order):
             parts = inputs[index]
@@ -131,14 +177,18 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 ordering_token=[lanes[j % plan.lanes].handle], merge_op="Add", final_op="Id",
                 communication_hint=hint, timeout_seconds=timeout)
         results: list[list[Any]] = [[] for _ in flat]
+        carried = []
         for block in layout.blocks:
             out = reduced[block.index]
-            parts = [out] if len(block.segments) == 1 else \
-                tf.split(out, [s.size for s in block.segments])
+            cut = [s.size for s in block.segments]
+            if rider is not None and block.index == plan.order[-1]:
+                out, total = tf.split(out, [sum(cut), int(rider.shape[0])])
+                carried.append(total)
+            parts = [out] if len(cut) == 1 else tf.split(out, cut)
             for segment, part in zip(block.segments, parts, strict=True):
                 results[segment.tensor].append(part)
         self.blocks_traced += len(plan.order)
-        return [r[0] if len(r) == 1 else tf.concat(r, 0) for r in results]
+        return [r[0] if len(r) == 1 else tf.concat(r, 0) for r in results] + carried
 
 
 def _schedulable(t: Any) -> bool:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from numpy.typing import NDArray
+from tensorflow.python.ops import resource_variable_ops
 
 from autobyte_tf import keras_compat
 from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
@@ -117,12 +118,14 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         agent_options.setdefault("lead_steps", decision_lead(resolved.window_steps))
         self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
                                   model=model_name, arch="allreduce", **agent_options)
+        self._agreement = _Agreement(self._worker_device, workers, fallback=_Broadcaster(
+            self._worker_device, workers, float(sync_timeout)))
+        agreement = self._agreement
         self._controller = Controller(
-            config=resolved, rank=rank, workers=workers, bandwidth=rate,
-            broadcast=_Broadcaster(self._worker_device, workers, float(sync_timeout)),
+            config=resolved, rank=rank, workers=workers, bandwidth=rate, broadcast=agreement,
             sample_every=sample_every, agent=self._agent, set_sampling=self._sampling.assign)
         self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller,
-                                            self._sampling)
+                                            self._sampling, agreement)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
         if local:
@@ -334,6 +337,69 @@ def _warn_if_collectives_enabled() -> None:
                     "collective another worker starts meanwhile is lost (the job hangs). "
                     "Make every strategy on every worker before the first collective runs "
                     "(e.g. behind a barrier), or use one strategy per process")
+
+
+class _Agreement:
+    """Rank 0's float64 vector to every worker, riding in the gradients' all-reduce.
+
+    Every trace of the main call adds a few elements to its all-reduce (``ride``): rank 0
+    writes its vector into a variable the step reads, the others' stays zero, and the step
+    writes the sum into another variable, read at the boundary. Each value goes as two of the
+    gradients' dtype, the value rounded and what rounding left, whose sums with zeros are exact
+    (integers up to 2**48, times to 1e-14). Until a traced step carries a vector of that length
+    (the first half window), or where the gradients' dtype cannot (float16), the vector goes
+    by a collective of its own (``fallback``).
+    """
+
+    def __init__(self, device: str, workers: int, *,
+                 fallback: Callable[[NDArray[Any]], Callable[[], NDArray[Any]]]) -> None:
+        self._device = device
+        self._workers = workers
+        self._fallback = fallback
+        self._variables: dict[int, tuple[Any, Any]] = {}  # by length: (sent, summed)
+        self._refused: set[int] = set()
+        self._sent: dict[int, NDArray[Any]] = {}
+        self.rode = self.went_alone = 0  # agreements of each kind, for tests and logs
+
+    def ride(self, length: int, dtype: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+        pair = self._variables.get(length)
+        if self._workers < 2 or length in self._refused:
+            return None
+        if dtype not in (tf.float32, tf.float64) or (pair and pair[0].dtype != dtype):
+            self._refused.add(length)  # a trace in force may not carry it: never ride
+            return None
+        if pair is None:
+            with tf.init_scope(), tf.device(self._device):  # plain variables, not mirrored
+                pair = self._variables[length] = (self._variable(length, dtype, "sent"),
+                                                  self._variable(length, dtype, "summed"))
+        sent, summed = pair
+        return sent.read_value(), summed.assign
+
+    @staticmethod
+    def _variable(length: int, dtype: Any, name: str) -> Any:
+        return resource_variable_ops.ResourceVariable(
+            tf.zeros([2 * length], dtype), trainable=False, name=f"autobyte_agreement_{name}")
+
+    def __call__(self, vector: NDArray[Any]) -> Callable[[], NDArray[Any]]:
+        length = len(vector)
+        pair = self._variables.get(length)
+        if pair is None or length in self._refused:
+            self.went_alone += 1
+            return self._fallback(vector)
+        self.rode += 1
+        sent, summed = pair
+        last = self._sent.get(length)
+        if last is None or not np.array_equal(last, vector):
+            rounded = vector.astype(sent.dtype.as_numpy_dtype)
+            rest = (vector - rounded).astype(rounded.dtype)
+            sent.assign(np.concatenate([rounded, rest]))
+            self._sent[length] = vector.copy()
+
+        def wait() -> NDArray[Any]:
+            total = summed.numpy().astype(np.float64)
+            result: NDArray[Any] = total[:length] + total[length:]
+            return result
+        return wait
 
 
 class _Broadcaster:

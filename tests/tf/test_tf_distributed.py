@@ -76,6 +76,7 @@ def test_weights_match_plain_mwms(workers: int, shaped: bool, tmp_path: Path) ->
             assert len(stats["layer_backward_s"]) == 6
             assert all(t >= 0 for t in stats["layer_backward_s"])
             assert stats["sampled"] >= 1
+            assert stats["agreements"] == [4, 0], scenario  # all in the gradients' all-reduce
         for metric, (ours, plain) in r["eval"].items():
             assert ours == pytest.approx(plain, rel=1e-5, abs=1e-6), metric
         assert r["predict"] == [16, 4]

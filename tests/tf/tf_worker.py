@@ -118,7 +118,8 @@ def main() -> None:
             "samples_per_s": stats.samples_per_s, "bytes_per_s": stats.bytes_per_s,
             "step_time_s": stats.step_time_s, "layer_bytes": list(stats.layer_bytes),
             "layer_backward_s": list(stats.layer_backward_s or []),
-            "sampled": stats.sampled_steps, "chunks": strategy._cross_ops.blocks_traced}
+            "sampled": stats.sampled_steps, "chunks": strategy._cross_ops.blocks_traced,
+            "agreements": [strategy._agreement.rode, strategy._agreement.went_alone]}
         if name.startswith("change"):
             evaluated = model.evaluate(data, verbose=0, return_dict=True)
             out["eval"] = {k: [v, ref_eval[k]] for k, v in evaluated.items()}
