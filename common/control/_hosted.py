@@ -3,11 +3,11 @@
 On a thread of rank 0 the tuner's predictions, adaptations and merges take the GIL and
 TensorFlow's thread pools from the training step: on this 2-core machine that cost TensorFlow's
 demo cnn 8-10% of its speed while it trained on the framework's own path. A child process at a
-lower priority (``nice``) runs only on what training leaves idle; it compiles its model before
-that, while rank 0 waits (training has not started, and a compile during the first windows
-would bias the guard's first measure of native). The parent hands it the job
-on stdin and keeps the pipe open: the child stops when the pipe closes, so it also ends when
-the parent dies, however it dies. Its log lines go to the parent's stderr.
+lower priority (``nice``, every thread) runs only on what training leaves idle; it compiles its
+model before that, while rank 0 waits (training has not started, and a compile during the first
+windows would bias the guard's first measure of native). The parent hands it the job on stdin
+and keeps the pipe open: the child stops when the pipe closes, so it also ends when the parent
+dies, however it dies. Its log lines go to the parent's stderr.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main() -> int:
     except Exception as exc:
         _answer(answers, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
-    os.nice(int(job["nice"]))
+    lower_priority(int(job["nice"]))
     _answer(answers, {"endpoint": coordinator.endpoint, "tuner": coordinator.tuner_name})
 
     def watch_parent() -> None:
@@ -159,6 +159,20 @@ def main() -> int:
         signal.signal(signum, lambda *_: coordinator.request_stop())
     coordinator.run()
     return 0
+
+
+def lower_priority(nice: int) -> None:
+    """Every thread of this process at ``nice`` or below: Linux's nice is per thread, so
+    ``os.nice`` left the tuner's TensorFlow pools, made during warm-up, at training's priority
+    (1.5 s of a 40 s TensorFlow job's CPU, at training's weight). Threads made later inherit it."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: the main thread, and what it starts from now on
+        threads = [0]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _answer(stream: IO[str], body: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from common.config import Config
 from common.control import Coordinator, Decision, TuningAgent, adapter_options
+from common.control._hosted import NICE, HostedCoordinator
 from common.control.testing import ScriptedTuner
 from common.decision_log import read_log
 from common.errors import ConfigError, ControlError
@@ -322,6 +323,22 @@ def test_a_hosted_coordinator_warms_its_tuner_up_before_training_starts(
         assert len(warmed) == 1
     finally:
         agent.close()
+
+
+def test_every_thread_of_a_hosted_coordinator_runs_below_trainings_priority() -> None:
+    """The shipped tuner's TensorFlow pools too, made before the priority is lowered."""
+    pytest.importorskip("keras", reason="the meta tuner needs keras (pip install 'autobyte[tf]')")
+    hosted = HostedCoordinator(bind="tcp://127.0.0.1:0", num_workers=1,
+                               config=Config(tuner="meta"), secret=b"k" * 32, lead_steps=None,
+                               lead_s=0.3, heartbeat_s=1.0, max_age_s=30.0, log_path=None)
+    try:
+        assert hosted.tuner_name == "meta"
+        tasks = Path(f"/proc/{hosted.pid}/task")
+        nice = {t.name: int((t / "stat").read_text().rsplit(")", 1)[1].split()[16])
+                for t in tasks.iterdir()}
+    finally:
+        hosted.close()
+    assert len(nice) > 3 and min(nice.values()) >= NICE, nice
 
 
 def test_a_flood_of_forged_messages_is_muted_and_summed_up(
