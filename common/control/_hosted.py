@@ -3,11 +3,11 @@
 On a thread of rank 0 the tuner's predictions, adaptations and merges take the GIL and
 TensorFlow's thread pools from the training step: on this 2-core machine that cost TensorFlow's
 demo cnn 8-10% of its speed while it trained on the framework's own path. A child process at a
-lower priority (``nice``, every thread) runs only on what training leaves idle; it compiles its
-model before that, while rank 0 waits (training has not started, and a compile during the first
-windows would bias the guard's first measure of native). The parent hands it the job on stdin
-and keeps the pipe open: the child stops when the pipe closes, so it also ends when the parent
-dies, however it dies. Its log lines go to the parent's stderr.
+lower priority (``SCHED_IDLE`` and ``nice``, every thread) runs on what training leaves idle; it
+compiles its model before that, while rank 0 waits (training has not started, and a compile
+during the first windows would bias the guard's first measure of native). The parent hands it
+the job on stdin and keeps the pipe open: the child stops when the pipe closes, so it also ends
+when the parent dies, however it dies. Its log lines go to the parent's stderr.
 """
 
 from __future__ import annotations
@@ -162,17 +162,21 @@ def main() -> int:
 
 
 def lower_priority(nice: int) -> None:
-    """Every thread of this process at ``nice`` or below: Linux's nice is per thread, so
-    ``os.nice`` left the tuner's TensorFlow pools, made during warm-up, at training's priority
-    (1.5 s of a 40 s TensorFlow job's CPU, at training's weight). Threads made later inherit it."""
+    """Every thread of this process at ``nice`` or below, and ``SCHED_IDLE`` where there is
+    one: Linux's priorities are per thread, so ``os.nice`` left the tuner's TensorFlow pools,
+    made during warm-up, at training's priority (1.5 s of a 40 s TensorFlow job's CPU, at
+    training's weight). Threads made later inherit it."""
     try:
         threads = [int(tid) for tid in os.listdir("/proc/self/task")]
     except OSError:  # no /proc: the main thread, and what it starts from now on
         threads = [0]
+    idle = getattr(os, "SCHED_IDLE", None)  # Linux: CFS's lowest weight, below any nice
     for tid in threads:
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
+            if idle is not None:
+                os.sched_setscheduler(tid, idle, os.sched_param(0))
 
 
 def _answer(stream: IO[str], body: dict[str, Any]) -> None:

@@ -334,11 +334,14 @@ def test_every_thread_of_a_hosted_coordinator_runs_below_trainings_priority() ->
     try:
         assert hosted.tuner_name == "meta"
         tasks = Path(f"/proc/{hosted.pid}/task")
-        nice = {t.name: int((t / "stat").read_text().rsplit(")", 1)[1].split()[16])
-                for t in tasks.iterdir()}
+        stats = {t.name: (t / "stat").read_text().rsplit(")", 1)[1].split()
+                 for t in tasks.iterdir()}
     finally:
         hosted.close()
+    nice = {tid: int(fields[16]) for tid, fields in stats.items()}
+    policy = {tid: int(fields[38]) for tid, fields in stats.items()}
     assert len(nice) > 3 and min(nice.values()) >= NICE, nice
+    assert set(policy.values()) == {5}, policy  # SCHED_IDLE
 
 
 def test_a_flood_of_forged_messages_is_muted_and_summed_up(
