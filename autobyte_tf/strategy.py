@@ -120,12 +120,12 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
                                   model=model_name, arch="allreduce", **agent_options)
         self._agreement = _Agreement(self._worker_device, workers, fallback=_Broadcaster(
             self._worker_device, workers, float(sync_timeout)))
-        agreement = self._agreement
         self._controller = Controller(
-            config=resolved, rank=rank, workers=workers, bandwidth=rate, broadcast=agreement,
-            sample_every=sample_every, agent=self._agent, set_sampling=self._sampling.assign)
+            config=resolved, rank=rank, workers=workers, bandwidth=rate,
+            broadcast=self._agreement, sample_every=sample_every, agent=self._agent,
+            set_sampling=self._sampling.assign)
         self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller,
-                                            self._sampling, agreement)
+                                            self._sampling, self._agreement)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
         if local:
@@ -362,9 +362,9 @@ class _Agreement:
         self.rode = self.went_alone = 0  # agreements of each kind, for tests and logs
 
     def ride(self, length: int, dtype: Any) -> tuple[Any, Callable[[Any], Any]] | None:
-        pair = self._variables.get(length)
         if self._workers < 2 or length in self._refused:
             return None
+        pair = self._variables.get(length)
         if dtype not in (tf.float32, tf.float64) or (pair and pair[0].dtype != dtype):
             self._refused.add(length)  # a trace in force may not carry it: never ride
             return None
