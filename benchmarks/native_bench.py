@@ -8,8 +8,10 @@
 
 For every framework x model x link rate, on the testbed (2 workers; MXNet adds a scheduler and
 a server), each round runs one job after another: native (plain MultiWorkerMirroredStrategy /
-native dist_sync), AutoByte as shipped (its defaults, where it starts included, live meta
-tuning; every window after the first counts, switches and warm-up included) and a grid job that
+native dist_sync) and AutoByte as shipped (its defaults, where it starts included, live meta
+tuning; every window after the first counts, switches and warm-up included), in alternating
+order (native first in even rounds, AutoByte first in odd ones, so a machine that drifts
+between jobs weighs on both alike), then a grid job (``--grid none`` leaves it out) that
 switches through fixed configurations, native among them, every ``--sweep-steps`` steps (its
 windows after each switch are compared within the job, so the best fixed configuration and
 native meet under the same conditions). Once per cell it also measures compute alone (every
@@ -17,7 +19,9 @@ worker trains on its own) and the link's rate, for the bound: max(compute alone,
 over the link rate).
 
 Prints one row per cell as it finishes (medians over rounds; ratios are taken per round, side by
-side) and appends it to ``--out`` (CSV), so a long sweep keeps what it measured.
+side, with their lowest and highest; rank 0's CPU seconds per step, which other tenants of the
+machine disturb less than wall time, for both) and appends it to ``--out`` (CSV), so a long
+sweep keeps what it measured.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ WORKERS = 2
 SERVERS = 1  # MXNet jobs of common.bench run one server
 BATCH = 32  # per worker (the demo workers' default)
 COLUMNS = ["framework", "model", "rate", "rounds", "native", "autobyte", "autobyte/native",
-           "best_fixed", "best_fixed/native", "grid_native", "bound", "autobyte/bound",
+           "ratio_min", "ratio_max", "cpu_native_ms", "cpu_autobyte_ms", "best_fixed",
+           "best_fixed/native", "grid_native", "bound", "autobyte/bound",
            "native/bound", "compute_s", "comm_s", "link_mbit", "gradient_mb", "final_config",
            "steps"]
 
@@ -59,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=5)
     p.add_argument("--grid", default="256KiB:1MiB,1MiB:4MiB,4MiB:16MiB,16MiB:32MiB,native",
                    help="fixed configurations of the grid job ('native' for native; the first "
-                        "is a scheduled one, the job's start)")
+                        "is a scheduled one, the job's start), or 'none' for no grid job")
     p.add_argument("--sweep-steps", type=int, default=10)
     p.add_argument("--out", default="runs/native-bench/results.csv")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per job")
@@ -71,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.rounds < 1 or args.steps < 2 * args.window:
         p.error(f"--rounds must be >= 1 and --steps >= 2 windows, got rounds={args.rounds}, "
                 f"steps={args.steps}")
+    if args.grid.strip() == "none":
+        args.grid_configs = []
+        return args
     args.grid_configs = [NATIVE if g.strip() == "native" else
                          tuple(parse_bytes(x, "--grid") for x in g.split(":"))
                          for g in args.grid.split(",") if g.strip()]
@@ -107,29 +115,38 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
         print(f"  {name}: {steps} steps a job ({per_step * 1e3:.0f} ms a native step)",
               flush=True)
     for r in range(args.rounds):
-        native = run_jobs([spec(f"native-{name}-r{r}", steps=steps, window=window, baseline=True)],
-                          rate=rate, out=out, timeout=args.timeout, echo=False)[0]
-        auto = run_jobs([spec(f"auto-{name}-r{r}", steps=steps, window=window, shipped=True)],
-                        rate=rate, out=out, timeout=args.timeout, echo=False)[0]
-        sweep = tuple(args.grid_configs)
-        grid = run_jobs([spec(f"grid-{name}-r{r}", steps=len(sweep) * args.sweep_steps,
-                              window=window, start=sweep[0], sweep=sweep,
-                              sweep_steps=args.sweep_steps)],
-                        rate=rate, out=out, timeout=args.timeout, echo=False)[0]
-        measured = grid.by_config()
-        labels = {knobs_label(*k) for k in sweep}
-        fixed = {k: v for k, v in measured.items() if k in labels and k != "native"}
-        best_label = max(fixed, key=lambda k: fixed[k])
+        order = ["native", "auto"] if r % 2 == 0 else ["auto", "native"]
+        runs = {kind: run_jobs([spec(f"{kind}-{name}-r{r}", steps=steps, window=window,
+                                     baseline=kind == "native", shipped=kind == "auto")],
+                               rate=rate, out=out, timeout=args.timeout, echo=False)[0]
+                for kind in order}
+        native, auto = runs["native"], runs["auto"]
         row = {"native": native.mean_speed(first=window + 1),
                "autobyte": auto.mean_speed(first=window + 1),
-               "best_fixed": fixed[best_label], "grid_native": measured.get("native", math.nan),
+               "cpu_native": native.cpu_s_per_step(first=window + 1),
+               "cpu_autobyte": auto.cpu_s_per_step(first=window + 1),
+               "best_fixed": math.nan, "grid_native": math.nan,
                "gradient_bytes": float(native.gradient_bytes or auto.gradient_bytes)}
+        best_label = "-"
+        if args.grid_configs:
+            sweep = tuple(args.grid_configs)
+            grid = run_jobs([spec(f"grid-{name}-r{r}", steps=len(sweep) * args.sweep_steps,
+                                  window=window, start=sweep[0], sweep=sweep,
+                                  sweep_steps=args.sweep_steps)],
+                            rate=rate, out=out, timeout=args.timeout, echo=False)[0]
+            measured = grid.by_config()
+            labels = {knobs_label(*k) for k in sweep}
+            fixed = {k: v for k, v in measured.items() if k in labels and k != "native"}
+            best_label = max(fixed, key=lambda k: fixed[k])
+            row.update(best_fixed=fixed[best_label],
+                       grid_native=measured.get("native", math.nan))
         per_round.append(row)
         final = auto.windows[-1].config if auto.windows else "?"
         print(f"  {name} round {r + 1}: native {row['native']:.1f}, autobyte "
               f"{row['autobyte']:.1f} ({row['autobyte'] / row['native']:.3f}x, ends on "
-              f"{final}), best fixed {best_label} {row['best_fixed']:.1f} vs grid native "
-              f"{row['grid_native']:.1f}", flush=True)
+              f"{final}; rank 0 CPU {row['cpu_native'] * 1e3:.1f} vs "
+              f"{row['cpu_autobyte'] * 1e3:.1f} ms a step), best fixed {best_label} "
+              f"{row['best_fixed']:.1f} vs grid native {row['grid_native']:.1f}", flush=True)
     local = run_jobs([spec(f"local-{name}", steps=4 * window, window=window, local=True)],
                      rate=rate, out=out, timeout=args.timeout, echo=False)[0]
     link = link_rate(rate)
@@ -150,7 +167,11 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
 
     return {"framework": framework, "model": label, "rate": rate, "rounds": args.rounds,
             "native": median("native"), "autobyte": median("autobyte"),
-            "autobyte/native": ratio("autobyte", "native"), "best_fixed": median("best_fixed"),
+            "autobyte/native": ratio("autobyte", "native"),
+            "ratio_min": min(r["autobyte"] / r["native"] for r in per_round),
+            "ratio_max": max(r["autobyte"] / r["native"] for r in per_round),
+            "cpu_native_ms": median("cpu_native") * 1e3,
+            "cpu_autobyte_ms": median("cpu_autobyte") * 1e3, "best_fixed": median("best_fixed"),
             "best_fixed/native": ratio("best_fixed", "grid_native"),
             "grid_native": median("grid_native"), "bound": bound,
             "autobyte/bound": median("autobyte") / bound,
@@ -170,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     new = not out.exists()
+    if not new:
+        with out.open(encoding="utf-8") as f:
+            header = f.readline().strip().split(",")
+        if header != [*COLUMNS, "date"]:
+            print(f"native bench: {out} has other columns (an older version's); pass another "
+                  f"--out", file=sys.stderr)
+            return 2
     started = time.monotonic()
     print(f"native bench: {args.rounds} round(s), {args.steps} steps a job, grid "
           f"{args.grid} x {args.sweep_steps} steps; rates {args.rates}", flush=True)
