@@ -38,12 +38,13 @@ above its own prediction of native by more than the gain threshold and half that
 far off on an unseen job still ranks, but its speeds are too low for the trigger to ever leave
 native; the pick stays only if it measures faster than native beyond ``noise_band``. When the model
 ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
-budget (``_trial``). A configuration the guard left stays barred for ``veto_windows`` windows,
-adaptations included (a predictor that keeps overrating it would otherwise lead the job back after
-every adaptation), and after ``MAX_MISSES`` such configurations only measured ones are switched to
-until conditions change (a model far off keeps finding a new neighbour to overrate). A model-led
-move to an unmeasured configuration must also fit the exploration budget (``explore_share`` of the
-time trained, see ``_unaffordable``), and from a measured scheduled one it is judged as a climb is.
+budget; after a try missed under these conditions, only a pick it ranks above native (``_trial``). A
+configuration the guard left stays barred for ``veto_windows`` windows, adaptations included (a
+predictor that keeps overrating it would otherwise lead the job back after every adaptation), and
+after ``MAX_MISSES`` such configurations only measured ones are switched to until conditions change
+(a model far off keeps finding a new neighbour to overrate). A model-led move to an unmeasured
+configuration must also fit the exploration budget (``explore_share`` of the time trained, see
+``_unaffordable``), and from a measured scheduled one it is judged as a climb is.
 On a scheduled configuration measured faster than native, the guard climbs within the same budget:
 it measures the neighbour the model ranks first for one window and keeps it only if it measures
 faster than where it began (``_climb``), so a model that found the right region but cannot rank
@@ -362,12 +363,13 @@ class TuningLoop:
                                f"prediction of native ({native:.1f} samples/s measured): "
                                "measure it for one window", verdict.gain, verdict.error,
                                verdict.adapt)
-            trial = self._trial(candidates) if native is not None and probe is None else None
+            trial = self._trial(candidates, predicted_current) \
+                if native is not None and probe is None else None
             if trial is not None:
                 self._explored_from = self.current
-                return Verdict("explore", trial.config, f"guard: the model ranks native "
-                               f"first; measure its best scheduled pick, "
-                               f"{trial.config.describe()}, for one window (within the "
+                return Verdict("explore", trial.config, f"guard: measure the model's best "
+                               f"scheduled pick, {trial.config.describe()}, for one window "
+                               f"(predicted {trial.predicted or 0.0:.1f} samples/s; within the "
                                f"{self.explore_share:.0%} exploration budget)", verdict.gain,
                                verdict.error, verdict.adapt)
         elif left is not None and not left.scheduling:
@@ -492,13 +494,23 @@ class TuningLoop:
             return None
         return best
 
-    def _trial(self, candidates: Sequence[Candidate]) -> Candidate | None:
+    def _trial(self, candidates: Sequence[Candidate],
+               predicted_native: float | None) -> Candidate | None:
         """On native, when no probe is due: the model's best scheduled pick not measured yet,
         once a miss fits the exploration budget. A model far off on an unseen job may rank
         native first where scheduling gains (MXNet's mlp at 1gbit: 1.27x at 256KiB:1MiB); the
-        budget bounds what wrong picks cost, each is tried once per conditions, and after
-        ``MAX_MISSES`` of them native stays. No budget (``explore_share`` None): no trials."""
-        return None if self.explore_share is None else self._best_untried(candidates)
+        budget bounds what a wrong pick costs. Once a scheduled configuration has missed
+        under these conditions, only a pick the model ranks above its own prediction of native
+        is tried: where the model, adapted to the miss, prefers native too, a further try is
+        paid by a job that cannot gain (TF's cnn at 3gbit lost 2% of its time to a second).
+        No budget (``explore_share`` None): no trials."""
+        if self.explore_share is None:
+            return None
+        best = self._best_untried(candidates)
+        if best is not None and self._misses and \
+                (best.predicted or 0.0) <= (predicted_native or math.inf):
+            return None
+        return best
 
     def _best_untried(self, candidates: Sequence[Candidate]) -> Candidate | None:
         """The model's best scheduled candidate this job has neither measured nor left under
