@@ -38,13 +38,14 @@ above its own prediction of native by more than the gain threshold and half that
 far off on an unseen job still ranks, but its speeds are too low for the trigger to ever leave
 native; the pick stays only if it measures faster than native beyond ``noise_band``. When the model
 ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
-budget; after a try missed under these conditions, only a pick it ranks above native (``_trial``). A
-configuration the guard left stays barred for ``veto_windows`` windows, adaptations included (a
-predictor that keeps overrating it would otherwise lead the job back after every adaptation), and
-after ``MAX_MISSES`` such configurations only measured ones are switched to until conditions change
-(a model far off keeps finding a new neighbour to overrate). A model-led move to an unmeasured
-configuration must also fit the exploration budget (``explore_share`` of the time trained, see
-``_unaffordable``), and from a measured scheduled one it is judged as a climb is.
+budget; after a miss, only a pick it still ranks above native once discounted by how far it
+overrated the miss (``_trial``). A configuration the guard left stays barred for ``veto_windows``
+windows, adaptations included (a predictor that keeps overrating it would otherwise lead the job
+back after every adaptation), and after ``MAX_MISSES`` such configurations only measured ones are
+switched to until conditions change (a model far off keeps finding a new neighbour to overrate). A
+model-led move to an unmeasured configuration must also fit the exploration budget
+(``explore_share`` of the time trained, see ``_unaffordable``), and from a measured scheduled one
+it is judged as a climb is.
 On a scheduled configuration measured faster than native, the guard climbs within the same budget:
 it measures the neighbour the model ranks first for one window and keeps it only if it measures
 faster than where it began (``_climb``), so a model that found the right region but cannot rank
@@ -160,6 +161,8 @@ class TuningLoop:
         self._probed = False  # the guard measured the model's pick against native already
         self._climbed: set[_Knobs] = set()  # climbed to or from under the conditions in force
         self._misses = 0  # scheduled configurations the guard left for native, this conditions
+        self._tried_ratio: float | None = None  # the model's pick over native, as it ranked it
+        self._overrated = 1.0  # measured over ranked ratio of this conditions' worst miss
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -324,6 +327,7 @@ class TuningLoop:
         self._probed = False
         self._climbed.clear()
         self._misses = 0
+        self._overrated = 1.0
         self.trigger.reset()
         self._call("reset")
         self.log.write("event", {"event": "conditions_changed", "config": obs.config,
@@ -358,6 +362,7 @@ class TuningLoop:
                     PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.horizon_s:
                 self._probed = True
                 self._explored_from = self.current
+                self._tried_ratio = 1.0 + ratio
                 return Verdict("explore", probe.config, f"guard: the model ranks "
                                f"{probe.config.describe()} {ratio:+.1%} above its own "
                                f"prediction of native ({native:.1f} samples/s measured): "
@@ -367,6 +372,8 @@ class TuningLoop:
                 if native is not None and probe is None else None
             if trial is not None:
                 self._explored_from = self.current
+                self._tried_ratio = (trial.predicted or 0.0) / predicted_current \
+                    if predicted_current else None
                 return Verdict("explore", trial.config, f"guard: measure the model's best "
                                f"scheduled pick, {trial.config.describe()}, for one window "
                                f"(predicted {trial.predicted or 0.0:.1f} samples/s; within the "
@@ -379,6 +386,8 @@ class TuningLoop:
                     here <= native * (1 + self.noise_band):
                 self._vetoed[knobs(self.current)] = self._windows
                 self._misses += 1
+                if self._tried_ratio:
+                    self._overrated = min(self._overrated, here / native / self._tried_ratio)
                 return Verdict("switch", left, f"guard: {here:.1f} samples/s measured on "
                                f"{self.current.describe()}, not above native's {native:.1f} "
                                "beyond the noise band: back to native", verdict.gain,
@@ -499,16 +508,16 @@ class TuningLoop:
         """On native, when no probe is due: the model's best scheduled pick not measured yet,
         once a miss fits the exploration budget. A model far off on an unseen job may rank
         native first where scheduling gains (MXNet's mlp at 1gbit: 1.27x at 256KiB:1MiB); the
-        budget bounds what a wrong pick costs. Once a scheduled configuration has missed
-        under these conditions, only a pick the model ranks above its own prediction of native
-        is tried: where the model, adapted to the miss, prefers native too, a further try is
-        paid by a job that cannot gain (TF's cnn at 3gbit lost 2% of its time to a second).
-        No budget (``explore_share`` None): no trials."""
+        budget bounds what a wrong pick costs. After a miss under these conditions, the model's
+        ranking of a pick over native is discounted by how far it overrated the miss, and
+        only a pick still above native is tried: a model that ranked 64KiB blocks +20% over
+        native where they ran 0.55x (TF's cnn at 3gbit) would otherwise spend a second try on
+        their neighbour. No budget (``explore_share`` None): no trials."""
         if self.explore_share is None:
             return None
         best = self._best_untried(candidates)
         if best is not None and self._misses and \
-                (best.predicted or 0.0) <= (predicted_native or math.inf):
+                (best.predicted or 0.0) * self._overrated <= (predicted_native or math.inf):
             return None
         return best
 
