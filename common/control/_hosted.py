@@ -147,6 +147,10 @@ def main() -> int:
     except Exception as exc:
         _answer(answers, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
+    # before the answer: once answered, the job may be stopped at any moment, and this
+    # process, at SCHED_IDLE on busy cores, may not run again for a while
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the job's group is stopped: log, save
+        signal.signal(signum, lambda *_: coordinator.request_stop())
     lower_priority(int(job["nice"]))
     _answer(answers, {"endpoint": coordinator.endpoint, "tuner": coordinator.tuner_name})
 
@@ -155,8 +159,6 @@ def main() -> int:
         coordinator.request_stop()
 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # the job's group is stopped: log, save
-        signal.signal(signum, lambda *_: coordinator.request_stop())
     coordinator.run()
     return 0
 
