@@ -134,6 +134,10 @@ class TuningLoop:
         self._recent: collections.deque[Observation] = collections.deque(maxlen=20)
         self._tuner_failures: collections.Counter[str] = collections.Counter()
         self._switch_costs: collections.deque[float] = collections.deque(maxlen=3)
+        # the same, apart: switches to a configuration new to this job (a first trace, new
+        # buffers) and back to one it ran before (a cached trace): a try pays one of each
+        self._new_costs: collections.deque[float] = collections.deque(maxlen=3)
+        self._back_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
         self._since_s = 0.0  # trained_s when the conditions last changed
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
@@ -202,6 +206,8 @@ class TuningLoop:
                 if obs.warmup_steps:
                     cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
                     self._switch_costs.append(cost)
+                    new = knobs(obs.config) not in self._configs
+                    (self._new_costs if new else self._back_costs).append(cost)
                     self.lost_s += cost
             else:
                 log.info("decision %d was not applied by step %d (workers still run %s); "
@@ -290,9 +296,10 @@ class TuningLoop:
     def _unaffordable(self, windows: int | None = None) -> str:
         """Why following the model to an unmeasured configuration does not fit the exploration
         budget ('' if it does), once native is measured: what the job lost against it, plus
-        what a miss would cost (the switch, and a quarter of the time on the configuration: the
-        windows until the guard leaves it, one for a probe or trial from native and
-        ``guard_windows`` otherwise, then the decision's lead, rounded up to windows), must
+        what a miss would cost (a switch to a configuration new to the job and one back, and a
+        quarter of the time on the configuration: the windows until the guard leaves it, one
+        for a probe or trial from native and ``guard_windows`` otherwise, then the decision's
+        lead, rounded up to windows), must
         stay within ``explore_share`` of the time trained. A model far off on a fast job then
         costs a bounded share of it whenever the job stops; measured gains earn room for more
         tries. Before native is measured (a job's first window is not counted) nothing is
@@ -305,7 +312,9 @@ class TuningLoop:
             return "native is not measured yet (every try is measured against it)"
         windows = self.guard_windows if windows is None else windows
         on_s = (windows + math.ceil(self._lead(self._step_s) / self.window_steps)) * self._window_s
-        miss = self.switch_cost_s + on_s * MISS_SLOWDOWN
+        there = statistics.fmean(self._new_costs) if self._new_costs else self._first_cost or 0.0
+        back = statistics.fmean(self._back_costs) if self._back_costs else 0.0
+        miss = there + back + on_s * MISS_SLOWDOWN
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
             return ""
