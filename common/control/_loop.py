@@ -310,17 +310,20 @@ class TuningLoop:
             return ""
         if self.measured(self.native) is None:
             return "native is not measured yet (every try is measured against it)"
-        windows = self.guard_windows if windows is None else windows
-        on_s = (windows + math.ceil(self._lead(self._step_s) / self.window_steps)) * self._window_s
-        there = statistics.fmean(self._new_costs) if self._new_costs else self._first_cost or 0.0
-        back = statistics.fmean(self._back_costs) if self._back_costs else 0.0
-        miss = there + back + on_s * MISS_SLOWDOWN
+        miss = self._miss_s(self.guard_windows if windows is None else windows)
         allowed = self.explore_share * self.trained_s
         if self.lost_s + miss <= allowed:
             return ""
         return (f"a miss would cost about {miss:.2f} s and this job has lost {self.lost_s:.2f} s "
                 f"to native, above {self.explore_share:.0%} of the {self.trained_s:.1f} s "
                 "trained")
+
+    def _miss_s(self, windows: int) -> float:
+        """What a try left after ``windows`` windows is expected to cost (``_unaffordable``)."""
+        on_s = (windows + math.ceil(self._lead(self._step_s) / self.window_steps)) * self._window_s
+        there = statistics.fmean(self._new_costs) if self._new_costs else self._first_cost or 0.0
+        back = statistics.fmean(self._back_costs) if self._back_costs else 0.0
+        return there + back + on_s * MISS_SLOWDOWN
 
     def _check_conditions(self, obs: Observation) -> None:
         """A configuration running ``CHANGED`` times faster or slower than this job measured

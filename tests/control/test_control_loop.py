@@ -153,6 +153,30 @@ def test_a_decision_applied_a_window_late_is_taken_as_applied() -> None:
     assert knobs(loop.current) == knobs(B) and loop.switch_cost_s == 0.5
 
 
+def test_a_miss_is_priced_as_a_switch_to_a_new_configuration_and_one_back() -> None:
+    """A job whose first trace cost 0.5 s, a switch to B (new) 2.0 s and back to A (traced
+    before) 0.1 s: a try costs 2.0 + 0.1 s besides its windows, 1.6 s more than before any
+    switch (the mean of the two, 1.05 s, under-priced it)."""
+    def job(switches: list[Config]) -> TuningLoop:
+        loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner(switches),
+                          trigger=ThresholdTrigger())
+        loop.on_observation(observation(A, 100.0, 0, steps=9, warmup_steps=1, warmup_s=0.6))
+        step = 10
+        for config, warm_s in zip(switches, (2.1, 0.2), strict=False):
+            while loop.pending is None:  # until it decides on the tuner's next proposal
+                loop.on_observation(observation(loop.current, 100.0, step))
+                step += 10
+            step = max(step, loop.pending.step)
+            loop.on_observation(observation(config, 100.0, step, steps=9, warmup_steps=1,
+                                            warmup_s=warm_s))
+            step += 10
+            assert knobs(loop.current) == knobs(config)
+        return loop
+
+    switched, stayed = job([B, A]), job([])
+    assert abs(switched._miss_s(1) - stayed._miss_s(1) - 1.6) < 1e-9
+
+
 def test_lead_adds_lead_s_at_the_measured_step_time_to_lead_steps() -> None:
     loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([B]), trigger=ThresholdTrigger(),
                       lead_steps=1, lead_s=2.0)
