@@ -167,8 +167,11 @@ def main() -> int:
                     help="STEP:PARTITION:CREDIT:SCHEDULING, proposed by rank 0 after STEP")
     ap.add_argument("--hybridize", default="static", choices=["no", "plain", "static"])
     ap.add_argument("--freeze-first", action="store_true")
-    ap.add_argument("--kill-server-at", type=int, default=-1)
+    ap.add_argument("--kill-server-at", type=int, default=-1, help="SIGSTOP the server then")
     ap.add_argument("--freeze-rank1-at", type=int, default=-1)
+    ap.add_argument("--kill-rank1-at", type=int, default=-1, help="rank 1 SIGKILLs itself then")
+    ap.add_argument("--hard", action="store_true",
+                    help="--kill-server-at sends SIGKILL, not SIGSTOP")
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
     ap.add_argument("--sample-every", type=int, default=2,
@@ -251,9 +254,11 @@ def main() -> int:
                 f.write(str(time.time()))
         if step == a.freeze_rank1_at and rank == 1:
             os.kill(os.getpid(), signal.SIGSTOP)
+        if step == a.kill_rank1_at and rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
         if step == a.kill_server_at and rank == 0:
             with open(os.environ["MXTEST_SERVER_PIDFILE"]) as f:
-                os.kill(int(f.read()), signal.SIGSTOP)
+                os.kill(int(f.read()), signal.SIGKILL if a.hard else signal.SIGSTOP)
     mx.nd.waitall()
     elapsed = time.perf_counter() - t0
     params = {k: v.data(ctx[0]).asnumpy() for k, v in net.collect_params().items()}

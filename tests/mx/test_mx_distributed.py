@@ -13,6 +13,7 @@ same sums).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -314,6 +315,28 @@ def test_workers_disagreeing_on_config_fail_clearly(tmp_path: Path) -> None:
     assert "workers disagree on the AutoByte configuration" in text
 
 
+@pytest.mark.parametrize("victim", ["worker1", "server0"])
+def test_a_process_killed_under_the_launcher_ends_the_job_at_once(tmp_path: Path,
+                                                                 victim: str) -> None:
+    """SIGKILL of a worker or the server mid-run (real ps-lite, under ``autobyte launch``):
+    the launcher ends the job with that process's code within seconds, nothing left."""
+    pidfile = tmp_path / "server.pid"
+    kill = ["--kill-rank1-at", "22"] if victim == "worker1" else \
+        ["--kill-server-at", "22", "--hard"]  # rank 0 has written its mark by then
+    out = job_dir(tmp_path)
+    job = run_job(tmp_path, "--model", "mlp", "--steps", "100000", "--mark", "20", *kill,
+                  out=out, timeout=90, env={"MXTEST_SERVER_PIDFILE": str(pidfile)})
+    seconds = time.time() - float((out / "mark_20").read_text())
+    print(f"MXNet, {victim} SIGKILLed under the launcher: the job ended {seconds:.1f} s after "
+          "step 20")
+    assert not job.result.ok and not job.result.timed_out
+    assert job.result.failed == victim and job.result.returncode == 128 + signal.SIGKILL, \
+        (job.result.failed, job.result.returncode)  # the shell's code for a signal's death
+    assert job.result.processes[victim].returncode == -signal.SIGKILL
+    assert all(p.returncode is not None for p in job.result.processes.values())
+    assert seconds < 10.0
+
+
 def test_frozen_server_is_reported_not_a_silent_hang(tmp_path: Path) -> None:
     pidfile = tmp_path / "server.pid"
     job = run_job(tmp_path, *MLP, "--kill-server-at", "2", timeout=90,
@@ -336,12 +359,14 @@ def test_a_frozen_worker_is_named_by_the_other_within_the_grace_period(tmp_path:
     assert "the coordinator has not heard worker1 for" in text, text[-2000:]
 
 
-def test_without_the_launcher_every_process_ends_after_a_worker_is_killed(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["worker1", "server0"])
+def test_without_the_launcher_every_process_ends_after_one_is_killed(
+        tmp_path: Path, victim: str) -> None:
     """Started the way a cluster manager starts them (DMLC_* set, no ``autobyte launch`` to
-    stop the rest): SIGKILL of worker1 ends worker0 (its watchdog) and the server and the
-    scheduler (their peer watch: worker1's address is gone, and then worker0's), each with
-    exit 75 and a message naming what is gone, within about two grace periods."""
+    stop the rest): SIGKILL of a worker or the server ends every other process, the workers
+    through their watchdog (no communication progress), the server and the scheduler through
+    their peer watch (an address is gone), each with exit 75 and a message naming what is
+    gone, within about two grace periods."""
     from common.launch._plan import plan
     from common.launch._ports import reserve_ports
 
@@ -367,11 +392,12 @@ def test_without_the_launcher_every_process_ends_after_a_worker_is_killed(
                 {n: p.poll() for n, p in procs.items()}
             time.sleep(0.1)
         killed = time.monotonic()
-        procs["worker1"].kill()
+        procs[victim].kill()
         ended = {}
-        for name in ("worker0", "server0", "scheduler"):
-            procs[name].wait(timeout=3 * grace + 30)
-            ended[name] = time.monotonic() - killed
+        for name in procs:
+            if name != victim:
+                procs[name].wait(timeout=3 * grace + 30)
+                ended[name] = time.monotonic() - killed
         outputs = {n: p.communicate()[0] for n, p in procs.items()}
     finally:
         for p in procs.values():
@@ -380,10 +406,10 @@ def test_without_the_launcher_every_process_ends_after_a_worker_is_killed(
                 p.wait()
     for name, seconds in ended.items():
         last = [line for line in outputs[name].splitlines() if "AutoByte" in line][-1:]
-        print(f"{name} exited {seconds:.1f} s after the kill: {last}")
-    for name in ("worker0", "server0", "scheduler"):
+        print(f"{victim} SIGKILLed: {name} exited {seconds:.1f} s after the kill: {last}")
+    for name in ended:
         assert procs[name].returncode == 75, (name, procs[name].returncode, outputs[name][-2000:])
-    assert "no communication progress" in outputs["worker0"], outputs["worker0"][-2000:]
-    for name in ("server0", "scheduler"):
-        assert "that process is gone" in outputs[name], outputs[name][-2000:]
+        expected = "no communication progress" if name.startswith("worker") else \
+            "that process is gone"
+        assert expected in outputs[name], (name, outputs[name][-2000:])
     assert max(ended.values()) < 2 * grace + 15, ended

@@ -3,6 +3,7 @@ coordination heartbeat to ``grace_s``) with TensorFlow's error naming the task, 
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,3 +43,30 @@ def test_a_frozen_worker_ends_the_job_after_the_grace_period() -> None:
     assert 8 <= waited <= 60, waited  # the grace period, not TF's default 10 s nor a hang
     text = result.processes["worker0"].output
     assert "task:1" in text or "task 1" in text, text[-3000:]
+
+
+def test_a_worker_killed_under_the_launcher_ends_the_job_at_once() -> None:
+    """SIGKILL of worker1 mid-run (real collectives, under ``autobyte launch``): the launcher
+    ends the job with worker1's code within seconds, without waiting for TensorFlow."""
+    marks: dict[str, float] = {}
+
+    class Watch:
+        def write(self, text: str) -> int:
+            if "AT_STEP" in text:
+                marks.setdefault("killed", time.monotonic())
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    result = launch(framework="tensorflow", command=[sys.executable, str(WORKER), "20", "kill"],
+                    workers=2, env={"AUTOBYTE_TUNER": "none"}, timeout=150, stream=Watch())
+    ended = time.monotonic()
+    assert not result.ok and not result.timed_out, result.returncode
+    assert result.failed == "worker1" and result.returncode == 128 + signal.SIGKILL, \
+        (result.failed, result.returncode)  # the shell's code for a signal's death
+    assert result.processes["worker1"].returncode == -signal.SIGKILL
+    assert "killed" in marks
+    print(f"TensorFlow, worker1 SIGKILLed under the launcher: the job ended "
+          f"{ended - marks['killed']:.1f} s later")
+    assert ended - marks["killed"] < 10.0
