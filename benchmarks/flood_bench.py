@@ -1,0 +1,193 @@
+"""A flood of forged messages at the control plane rank 0 hosts, against the same job without it.
+
+    .venv/bin/python benchmarks/flood_bench.py                       # TensorFlow demo cnn
+    .venv/bin/python benchmarks/flood_bench.py --framework mxnet --rounds 3
+
+Each round runs the demo job twice on loopback (2 workers; MXNet adds a scheduler and a
+server), as shipped (live tuning, rank 0 hosting the coordinator), one job after the other and
+alternating which goes first: once untouched, once while another process sends messages signed
+with the wrong secret to the job's control endpoint as fast as it can, from a new connection
+(a new sender, so muting one never ends the flood) every ``--burst`` messages. The flood starts
+at the job's first progress record and lasts until the job ends.
+
+Prints per round both jobs' samples/s over the steps the flood covered, their ratio, the
+messages sent and rank 0's log lines about them; then the median ratio. Every process it
+starts is stopped when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import secrets
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from common.launch import launch
+from common.progress import parse
+
+MARKER = "AUTOBYTE_FLOOD_BENCH"
+SAMPLES_PER_STEP = 2 * 32  # two workers at the demo's batch
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--framework", default="tensorflow", choices=["tensorflow", "mxnet"])
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--burst", type=int, default=1000,
+                   help="forged messages per connection before the flood opens a new one")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
+    args = p.parse_args(argv)
+    if args.steps < 100 or args.rounds < 1 or args.burst < 1:
+        p.error(f"--steps must be >= 100, --rounds and --burst >= 1, got steps={args.steps}, "
+                f"rounds={args.rounds}, burst={args.burst}")
+    return args
+
+
+def flood(endpoint: str, burst: int, stop: Any, sent: Any) -> None:
+    """Forged ``report`` messages at ``endpoint`` until ``stop`` is set (another process)."""
+    import zmq
+
+    from common.control import Signer
+
+    ctx = zmq.Context()
+    forger = Signer(secret=b"not-the-jobs-secret", sender="worker1")
+    body = {"rank": 1, "window": 1, "steps": 10}
+    try:
+        while not stop.is_set():
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 10_000)
+            sock.connect(endpoint)
+            for _ in range(burst):
+                try:
+                    sock.send_multipart(forger.sign("report", body), zmq.NOBLOCK)
+                    sent.value += 1
+                except zmq.Again:
+                    time.sleep(0.001)
+            sock.close(0)
+    finally:
+        ctx.term()
+
+
+def control_endpoint(tag: str, timeout: float = 60.0) -> str:
+    """The control endpoint of the job whose processes carry ``MARKER=tag`` (from /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+            except (OSError, UnicodeDecodeError):
+                continue
+            env = dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
+            if env.get(MARKER) == tag and "AUTOBYTE_CONTROL_ENDPOINT" in env:
+                return env["AUTOBYTE_CONTROL_ENDPOINT"]
+        time.sleep(0.2)
+    raise TimeoutError("the job's processes never appeared")
+
+
+class Records:
+    """The launch stream: keeps rank 0's progress records (step, speed, time) and log lines."""
+
+    def __init__(self) -> None:
+        self.windows: list[tuple[int, int, float]] = []  # (first, last step, seconds)
+        self.lines: list[str] = []
+        self.started = threading.Event()
+        self._last = 0
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            self.lines.append(line)
+            record = parse(line) if line.startswith("[worker0]") else None
+            if record is None or record.get("kind") != "progress":
+                continue
+            step, speed = int(record["step"]), float(record["mean_samples_per_s"])
+            seconds = (step - self._last) * SAMPLES_PER_STEP / speed if speed > 0 else 0.0
+            self.windows.append((self._last + 1, step, seconds))
+            self._last = step
+            self.started.set()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def speed(self, first: int) -> float:
+        """Samples/s of the job over the windows from step ``first`` on."""
+        rows = [(a, b, s) for a, b, s in self.windows if a >= first]
+        steps, seconds = sum(b - a + 1 for a, b, _ in rows), sum(s for *_, s in rows)
+        return steps * SAMPLES_PER_STEP / seconds if seconds > 0 else float("nan")
+
+    def seconds(self, first: int) -> float:
+        return sum(s for a, _, s in self.windows if a >= first)
+
+
+def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int]:
+    """One job; returns its records, the step the flood began at and the messages it sent."""
+    tag = secrets.token_hex(4)
+    records = Records()
+    module = "autobyte_tf.demo" if args.framework == "tensorflow" else "autobyte_mx.demo"
+    command = [sys.executable, "-m", module, "--model", args.model, "--steps", str(args.steps)]
+    stop, sent = mp.Event(), mp.Value("q", 0)
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(r=launch(
+        framework=args.framework, command=command, workers=2,
+        servers=1 if args.framework == "mxnet" else 0, env={MARKER: tag},
+        timeout=args.timeout, stream=records)), daemon=True)
+    runner.start()
+    began, flooder = 0, None
+    try:
+        endpoint = control_endpoint(tag)
+        while not records.started.wait(0.5):
+            if not runner.is_alive():
+                break
+        began = records.windows[-1][1] + 1 if records.windows else 0
+        if flooded and runner.is_alive():
+            flooder = mp.Process(target=flood, args=(endpoint, args.burst, stop, sent),
+                                 daemon=True)
+            flooder.start()
+        runner.join()
+    finally:
+        stop.set()
+        if flooder is not None:
+            flooder.join(10)
+            if flooder.is_alive():
+                flooder.kill()
+    launched = result.get("r")
+    if launched is None or not launched.ok:
+        tail = "\n".join(records.lines[-20:])
+        raise RuntimeError(f"the {'flooded ' if flooded else ''}job failed:\n{tail}")
+    return records, began, int(sent.value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"flood bench: {args.framework} {args.model}, {args.steps} steps a job, "
+          f"{args.rounds} round(s), a new forging connection every {args.burst} messages",
+          flush=True)
+    ratios = []
+    for r in range(args.rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        runs = {flooded: job(args, flooded) for flooded in order}
+        (quiet, _, _), (loud, began, sent) = runs[False], runs[True]
+        calm, hit = quiet.speed(began), loud.speed(began)
+        ratios.append(hit / calm)
+        warned = [x for x in loud.lines if "dropped" in x or "forged" in x or "signature" in x]
+        print(f"  round {r + 1}: untouched {calm:.1f} samples/s, flooded {hit:.1f} "
+              f"({hit / calm:.3f}x) from step {began}; {sent} forged messages "
+              f"({sent / max(1e-9, loud.seconds(began)):.0f}/s), "
+              f"{len(warned)} log line(s) about them", flush=True)
+    print(f"flood bench: flooded / untouched, median of {args.rounds}: "
+          f"{statistics.median(ratios):.3f} (rounds {', '.join(f'{x:.3f}' for x in ratios)})",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
