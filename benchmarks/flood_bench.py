@@ -6,13 +6,16 @@
 Each round runs the demo job twice on loopback (2 workers; MXNet adds a scheduler and a
 server), as shipped (live tuning, rank 0 hosting the coordinator), one job after the other and
 alternating which goes first: once untouched, once while another process sends messages signed
-with the wrong secret to the job's control endpoint as fast as it can, from a new connection
-(a new sender, so muting one never ends the flood) every ``--burst`` messages. The flood starts
-at the job's first progress record and lasts until the job ends.
+with the wrong secret to the job's control endpoint at ``--rate`` messages/s, from a new
+connection (a new sender, so muting one never ends the flood) every ``--burst`` messages. The
+flood starts at the job's first progress record and lasts until the job ends.
 
-Prints per round both jobs' samples/s over the steps the flood covered, their ratio, the
-messages sent and rank 0's log lines about them; then the median ratio. Every process it
-starts is stopped when it ends.
+On this 2-core machine the forger shares the cores with training (on a cluster it would be
+another machine), so besides the speed ratio each round prints the CPU share of a core the
+forger and rank 0's coordinator (which receives and rejects the messages) used: the
+coordinator's is what the flood costs rank 0's machine. Prints per round both jobs' samples/s
+over the steps the flood covered, their ratio, the messages sent and rank 0's log lines about
+them; then the median ratio. Every process it starts is stopped when it ends.
 """
 
 from __future__ import annotations
@@ -43,16 +46,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--burst", type=int, default=1000,
                    help="forged messages per connection before the flood opens a new one")
+    p.add_argument("--rate", type=float, default=20_000.0, help="forged messages per second")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
     args = p.parse_args(argv)
-    if args.steps < 100 or args.rounds < 1 or args.burst < 1:
-        p.error(f"--steps must be >= 100, --rounds and --burst >= 1, got steps={args.steps}, "
-                f"rounds={args.rounds}, burst={args.burst}")
+    if args.steps < 100 or args.rounds < 1 or args.burst < 1 or not args.rate > 0:
+        p.error(f"--steps must be >= 100, --rounds and --burst >= 1, --rate > 0, got "
+                f"steps={args.steps}, rounds={args.rounds}, burst={args.burst}, "
+                f"rate={args.rate}")
     return args
 
 
-def flood(endpoint: str, burst: int, stop: Any, sent: Any) -> None:
-    """Forged ``report`` messages at ``endpoint`` until ``stop`` is set (another process)."""
+def flood(endpoint: str, burst: int, rate: float, stop: Any, sent: Any) -> None:
+    """Forged ``report`` messages at ``endpoint``, ``rate`` a second, until ``stop`` is set (in
+    another process)."""
     import zmq
 
     from common.control import Signer
@@ -60,21 +66,43 @@ def flood(endpoint: str, burst: int, stop: Any, sent: Any) -> None:
     ctx = zmq.Context()
     forger = Signer(secret=b"not-the-jobs-secret", sender="worker1")
     body = {"rank": 1, "window": 1, "steps": 10}
+    began = time.monotonic()
     try:
         while not stop.is_set():
             sock = ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 10_000)
+            sock.setsockopt(zmq.LINGER, 1000)
             sock.connect(endpoint)
             for _ in range(burst):
-                try:
-                    sock.send_multipart(forger.sign("report", body), zmq.NOBLOCK)
-                    sent.value += 1
-                except zmq.Again:
-                    time.sleep(0.001)
-            sock.close(0)
+                ahead = sent.value / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+                sock.send_multipart(forger.sign("report", body))
+                sent.value += 1
+            sock.close()
     finally:
         ctx.term()
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds ``pid`` has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def coordinator_pid(tag: str) -> int | None:
+    """The hosted coordinator of the job whose processes carry ``MARKER=tag``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"common.control._hosted" in cmd and f"{MARKER}={tag}".encode() in env:
+            return int(pid)
+    return None
 
 
 def control_endpoint(tag: str, timeout: float = 60.0) -> str:
@@ -128,8 +156,9 @@ class Records:
         return sum(s for a, _, s in self.windows if a >= first)
 
 
-def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int]:
-    """One job; returns its records, the step the flood began at and the messages it sent."""
+def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int, float, float]:
+    """One job; returns its records, the step the flood began at, the messages it sent and the
+    CPU shares of a core the forger and the coordinator used meanwhile."""
     tag = secrets.token_hex(4)
     records = Records()
     module = "autobyte_tf.demo" if args.framework == "tensorflow" else "autobyte_mx.demo"
@@ -141,18 +170,29 @@ def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int]:
         servers=1 if args.framework == "mxnet" else 0, env={MARKER: tag},
         timeout=args.timeout, stream=records)), daemon=True)
     runner.start()
-    began, flooder = 0, None
+    began, flooder, shares = 0, None, (0.0, 0.0)
     try:
         endpoint = control_endpoint(tag)
         while not records.started.wait(0.5):
             if not runner.is_alive():
                 break
         began = records.windows[-1][1] + 1 if records.windows else 0
+        coordinator = coordinator_pid(tag)
         if flooded and runner.is_alive():
-            flooder = mp.Process(target=flood, args=(endpoint, args.burst, stop, sent),
-                                 daemon=True)
+            flooder = mp.Process(target=flood, args=(endpoint, args.burst, args.rate, stop,
+                                                     sent), daemon=True)
             flooder.start()
-        runner.join()
+        t0 = time.monotonic()
+        c0 = cpu_s(coordinator) if coordinator else 0.0
+        used = {"forger": 0.0, "coordinator": 0.0}
+        while runner.is_alive():
+            runner.join(0.5)
+            if flooder is not None:
+                used["forger"] = max(used["forger"], cpu_s(flooder.pid or 0))
+            if coordinator:
+                used["coordinator"] = max(used["coordinator"], cpu_s(coordinator) - c0)
+        elapsed = max(1e-9, time.monotonic() - t0)
+        shares = (used["forger"] / elapsed, used["coordinator"] / elapsed)
     finally:
         stop.set()
         if flooder is not None:
@@ -163,7 +203,7 @@ def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int]:
     if launched is None or not launched.ok:
         tail = "\n".join(records.lines[-20:])
         raise RuntimeError(f"the {'flooded ' if flooded else ''}job failed:\n{tail}")
-    return records, began, int(sent.value)
+    return records, began, int(sent.value), *shares
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,14 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = (False, True) if r % 2 == 0 else (True, False)
         runs = {flooded: job(args, flooded) for flooded in order}
-        (quiet, _, _), (loud, began, sent) = runs[False], runs[True]
+        (quiet, _, _, _, calm_cpu), (loud, began, sent, forger, hit_cpu) = runs[False], runs[True]
         calm, hit = quiet.speed(began), loud.speed(began)
         ratios.append(hit / calm)
         warned = [x for x in loud.lines if "dropped" in x or "forged" in x or "signature" in x]
         print(f"  round {r + 1}: untouched {calm:.1f} samples/s, flooded {hit:.1f} "
               f"({hit / calm:.3f}x) from step {began}; {sent} forged messages "
               f"({sent / max(1e-9, loud.seconds(began)):.0f}/s), "
-              f"{len(warned)} log line(s) about them", flush=True)
+              f"{len(warned)} log line(s) about them; CPU of a core: forger {forger:.0%}, "
+              f"coordinator {hit_cpu:.0%} (untouched job: {calm_cpu:.0%})", flush=True)
     print(f"flood bench: flooded / untouched, median of {args.rounds}: "
           f"{statistics.median(ratios):.3f} (rounds {', '.join(f'{x:.3f}' for x in ratios)})",
           flush=True)
