@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/flood_bench.py                       # TensorFlow demo cnn
     .venv/bin/python benchmarks/flood_bench.py --framework mxnet --rounds 3
+    .venv/bin/python benchmarks/flood_bench.py --control sink       # the same flood both times
 
 Each round runs the demo job twice on loopback (2 workers; MXNet adds a scheduler and a
 server), as shipped (live tuning, rank 0 hosting the coordinator), one job after the other and
@@ -13,7 +14,10 @@ flood starts at the job's first progress record and lasts until the job ends.
 On this 2-core machine the forger shares the cores with training (on a cluster it would be
 another machine), so besides the speed ratio each round prints the CPU share of a core the
 forger and rank 0's coordinator (which receives and rejects the messages) used: the
-coordinator's is what the flood costs rank 0's machine. Prints per round both jobs' samples/s
+coordinator's is what the flood costs rank 0's machine. With ``--control sink`` the other job
+gets the same flood too, aimed at a process that only receives and drops it (at the
+coordinator's priority), so the ratio is what rejecting costs beyond the forger and the bytes
+arriving. Prints per round both jobs' samples/s
 over the steps the flood covered, their ratio, the messages sent and rank 0's log lines about
 them; then the median ratio. Every process it starts is stopped when it ends.
 """
@@ -47,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=1000,
                    help="forged messages per connection before the flood opens a new one")
     p.add_argument("--rate", type=float, default=20_000.0, help="forged messages per second")
+    p.add_argument("--control", default="none", choices=["none", "sink"],
+                   help="the other job of a round: untouched, or flooding a sink instead")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
     args = p.parse_args(argv)
     if args.steps < 100 or args.rounds < 1 or args.burst < 1 or not args.rate > 0:
@@ -80,6 +86,27 @@ def flood(endpoint: str, burst: int, rate: float, stop: Any, sent: Any) -> None:
                 sent.value += 1
             sock.close()
     finally:
+        ctx.term()
+
+
+def sink(endpoints: Any, stop: Any) -> None:
+    """Receive and drop whatever arrives, at the hosted coordinator's priority."""
+    import zmq
+
+    from common.control._hosted import NICE, lower_priority
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind("tcp://127.0.0.1:*")
+    lower_priority(NICE)
+    endpoints.put(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+    try:
+        while not stop.is_set():
+            if sock.poll(100):
+                sock.recv_multipart()
+    finally:
+        sock.close(0)
         ctx.term()
 
 
@@ -156,9 +183,10 @@ class Records:
         return sum(s for a, _, s in self.windows if a >= first)
 
 
-def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int, float, float]:
-    """One job; returns its records, the step the flood began at, the messages it sent and the
-    CPU shares of a core the forger and the coordinator used meanwhile."""
+def job(args: argparse.Namespace, target: str) -> tuple[Records, int, int, float, float]:
+    """One job, flooding ``target`` ("coordinator", "sink" or "none"); returns its records,
+    the step the flood began at, the messages sent and the CPU shares of a core the forger
+    and the coordinator used meanwhile."""
     tag = secrets.token_hex(4)
     records = Records()
     module = "autobyte_tf.demo" if args.framework == "tensorflow" else "autobyte_mx.demo"
@@ -170,7 +198,7 @@ def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int, flo
         servers=1 if args.framework == "mxnet" else 0, env={MARKER: tag},
         timeout=args.timeout, stream=records)), daemon=True)
     runner.start()
-    began, flooder, shares = 0, None, (0.0, 0.0)
+    began, flooder, drain, shares = 0, None, None, (0.0, 0.0)
     try:
         endpoint = control_endpoint(tag)
         while not records.started.wait(0.5):
@@ -178,7 +206,12 @@ def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int, flo
                 break
         began = records.windows[-1][1] + 1 if records.windows else 0
         coordinator = coordinator_pid(tag)
-        if flooded and runner.is_alive():
+        if target == "sink":
+            endpoints: Any = mp.Queue()
+            drain = mp.Process(target=sink, args=(endpoints, stop), daemon=True)
+            drain.start()
+            endpoint = endpoints.get(timeout=30)
+        if target != "none" and runner.is_alive():
             flooder = mp.Process(target=flood, args=(endpoint, args.burst, args.rate, stop,
                                                      sent), daemon=True)
             flooder.start()
@@ -195,14 +228,15 @@ def job(args: argparse.Namespace, flooded: bool) -> tuple[Records, int, int, flo
         shares = (used["forger"] / elapsed, used["coordinator"] / elapsed)
     finally:
         stop.set()
-        if flooder is not None:
-            flooder.join(10)
-            if flooder.is_alive():
-                flooder.kill()
+        for process in (flooder, drain):
+            if process is not None:
+                process.join(10)
+                if process.is_alive():
+                    process.kill()
     launched = result.get("r")
     if launched is None or not launched.ok:
         tail = "\n".join(records.lines[-20:])
-        raise RuntimeError(f"the {'flooded ' if flooded else ''}job failed:\n{tail}")
+        raise RuntimeError(f"the job flooding {target} failed:\n{tail}")
     return records, began, int(sent.value), *shares
 
 
@@ -212,19 +246,21 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} round(s), a new forging connection every {args.burst} messages",
           flush=True)
     ratios = []
+    other = "untouched" if args.control == "none" else "sink flooded"
     for r in range(args.rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        runs = {flooded: job(args, flooded) for flooded in order}
-        (quiet, _, _, _, calm_cpu), (loud, began, sent, forger, hit_cpu) = runs[False], runs[True]
+        order = (args.control, "coordinator")
+        runs = {target: job(args, target) for target in (order if r % 2 == 0 else order[::-1])}
+        (quiet, _, _, _, calm_cpu), (loud, began, sent, forger, hit_cpu) = \
+            runs[args.control], runs["coordinator"]
         calm, hit = quiet.speed(began), loud.speed(began)
         ratios.append(hit / calm)
         warned = [x for x in loud.lines if "dropped" in x or "forged" in x or "signature" in x]
-        print(f"  round {r + 1}: untouched {calm:.1f} samples/s, flooded {hit:.1f} "
+        print(f"  round {r + 1}: {other} {calm:.1f} samples/s, flooded {hit:.1f} "
               f"({hit / calm:.3f}x) from step {began}; {sent} forged messages "
               f"({sent / max(1e-9, loud.seconds(began)):.0f}/s), "
               f"{len(warned)} log line(s) about them; CPU of a core: forger {forger:.0%}, "
-              f"coordinator {hit_cpu:.0%} (untouched job: {calm_cpu:.0%})", flush=True)
-    print(f"flood bench: flooded / untouched, median of {args.rounds}: "
+              f"coordinator {hit_cpu:.0%} ({other} job: {calm_cpu:.0%})", flush=True)
+    print(f"flood bench: flooded / {other}, median of {args.rounds}: "
           f"{statistics.median(ratios):.3f} (rounds {', '.join(f'{x:.3f}' for x in ratios)})",
           flush=True)
     return 0
