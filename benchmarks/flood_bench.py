@@ -32,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,30 +120,30 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def coordinator_pid(tag: str) -> int | None:
-    """The hosted coordinator of the job whose processes carry ``MARKER=tag``."""
+def marked(tag: str) -> Iterator[tuple[int, bytes, dict[str, str]]]:
+    """(pid, command line, environment) of each process carrying ``MARKER=tag`` (/proc)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
+            raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+        except (OSError, UnicodeDecodeError):
             continue
-        if b"common.control._hosted" in cmd and f"{MARKER}={tag}".encode() in env:
-            return int(pid)
-    return None
+        env = dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
+        if env.get(MARKER) == tag:
+            yield int(pid), cmd, env
+
+
+def coordinator_pid(tag: str) -> int | None:
+    """The hosted coordinator of the job whose processes carry ``MARKER=tag``."""
+    return next((pid for pid, cmd, _ in marked(tag) if b"common.control._hosted" in cmd), None)
 
 
 def control_endpoint(tag: str, timeout: float = 60.0) -> str:
-    """The control endpoint of the job whose processes carry ``MARKER=tag`` (from /proc)."""
+    """The control endpoint of the job whose processes carry ``MARKER=tag``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
-            except (OSError, UnicodeDecodeError):
-                continue
-            env = dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
-            if env.get(MARKER) == tag and "AUTOBYTE_CONTROL_ENDPOINT" in env:
+        for _, _, env in marked(tag):
+            if "AUTOBYTE_CONTROL_ENDPOINT" in env:
                 return env["AUTOBYTE_CONTROL_ENDPOINT"]
         time.sleep(0.2)
     raise TimeoutError("the job's processes never appeared")

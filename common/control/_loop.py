@@ -299,13 +299,12 @@ class TuningLoop:
         what a miss would cost (a switch to a configuration new to the job and one back, and a
         quarter of the time on the configuration: the windows until the guard leaves it, one
         for a probe or trial from native and ``guard_windows`` otherwise, then the decision's
-        lead, rounded up to windows), must
-        stay within ``explore_share`` of the time trained. A model far off on a fast job then
-        costs a bounded share of it whenever the job stops; measured gains earn room for more
-        tries. Before native is measured (a job's first window is not counted) nothing is
-        tried: a model with no layer times yet cannot score, and the trigger would explore its
-        fallback's proposal. Search tuners (no ``predict``) explore by design: the budget is
-        the model's."""
+        lead, rounded up to windows), must stay within ``explore_share`` of the time trained. A
+        model far off on a fast job then costs a bounded share of it whenever the job stops;
+        measured gains earn room for more tries. Before native is measured (a job's first
+        window is not counted) nothing is tried: a model with no layer times yet cannot score,
+        and the trigger would explore its fallback's proposal. Search tuners (no ``predict``)
+        explore by design: the budget is the model's."""
         if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)):
             return ""
         if self.measured(self.native) is None:
