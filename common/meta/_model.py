@@ -16,6 +16,7 @@ without it raises FrameworkMissingError with the install command.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -42,7 +43,7 @@ from common.meta._features import (
 )
 from common.output import filtered_stderr, import_tensorflow
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MetaModel", "build_network", "keras_module"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Head", "MetaModel", "build_network", "keras_module"]
 
 FORMAT = "autobyte-meta"
 FORMAT_VERSION = 1
@@ -109,6 +110,16 @@ def _padded(rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
     if not count or size == count:
         return rows
     return np.concatenate([rows, np.repeat(rows[-1:], size - count, axis=0)])
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """The weights of a network's head (what an online adaptation changes), with the
+    vocabulary of the model they belong to and its stamp info."""
+
+    weights: tuple[npt.NDArray[Any], ...]
+    vocabulary: tuple[str, ...]
+    info: dict[str, Any]
 
 
 class MetaModel:
@@ -205,19 +216,34 @@ class MetaModel:
         targets, encoded = self.predict_targets(job, partitions, credits)
         return speed_from_target(targets, encoded.samples_per_step, encoded.ref_s)
 
-    def take_head(self, adapted: MetaModel) -> None:
-        """Use ``adapted``'s head (an online adaptation of a copy of this model) in place:
-        the head's weights are copied into this network, whose compiled scorer reads them as
-        variables, so the next prediction needs no new XLA compile (seconds of rank 0's CPU
-        while training runs, for every adaptation: the coordinator logs how long its first
-        compile, the warm-up, took)."""
-        if adapted.vocabulary != self.vocabulary:
-            raise ConfigError(f"an adapted head must come from the same model: vocabulary "
-                              f"{adapted.vocabulary} differs from {self.vocabulary}")
-        weights = adapted.network.get_layer("head").get_weights()
+    def head(self) -> Head:
+        """A copy of the head's weights, with this model's vocabulary and stamp info."""
         with self._lock:
-            self.network.get_layer("head").set_weights(weights)
-            self.info = dict(adapted.info)
+            weights = self.network.get_layer("head").get_weights()
+        return Head(tuple(weights), self.vocabulary, dict(self.info))
+
+    def take_head(self, head: Head) -> None:
+        """Put ``head`` (an online adaptation of this model's) in place: its weights are
+        copied into this network, whose compiled scorer reads them as variables, so the next
+        prediction needs no new XLA compile (seconds of rank 0's CPU while training runs, for
+        every adaptation: the coordinator logs how long its first compile, the warm-up,
+        took), and no copy of the network is made."""
+        if head.vocabulary != self.vocabulary:
+            raise ConfigError(f"an adapted head must come from the same model: vocabulary "
+                              f"{head.vocabulary} differs from {self.vocabulary}")
+        with self._lock:
+            self.network.get_layer("head").set_weights(list(head.weights))
+            self.info = dict(head.info)
+
+    def with_head(self, head: Head) -> MetaModel:
+        """A copy of this model with ``head`` in place (this one is not changed)."""
+        keras = keras_module()
+        with self._lock:
+            clone = keras.models.clone_model(self.network)
+            clone.set_weights(self.network.get_weights())
+        copy = MetaModel(clone, vocabulary=self.vocabulary, info=self.info)
+        copy.take_head(head)
+        return copy
 
     def save(self, path: str | Path) -> Path:
         """Write one ``.keras`` file with the stamp (atomically: a reader never sees half)."""

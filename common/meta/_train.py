@@ -19,7 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -35,13 +35,14 @@ from common.meta._features import (
     speed_from_target,
     target_from_speed,
 )
-from common.meta._model import MetaModel, build_network, keras_module
+from common.meta._model import Head, MetaModel, build_network, keras_module
 from common.output import filtered_stderr
 
-__all__ = ["Adaptation", "EvalReport", "HeldOut", "Sample", "adapt", "arrays", "evaluate",
-           "evaluate_online", "fine_tune", "leave_models_out", "train"]
+__all__ = ["Adaptation", "EvalReport", "HeldOut", "Sample", "adapt", "adapt_head", "arrays",
+           "evaluate", "evaluate_online", "fine_tune", "leave_models_out", "train"]
 
 Report = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +256,7 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
     as a fraction of the run's best. ``report`` gets a line per run."""
     errors: list[float] = []
     fractions: list[float] = []
+    work: MetaModel | None = None  # the adapted copy, one for all windows
     runs = dataset.runs()
     if not runs:
         raise ConfigError("evaluate_online needs testbed runs (job_run), got none")
@@ -269,7 +271,10 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
             if method is not None:
                 past = [Sample(jobs[j], int(parts[row_of[j]]), int(credits[row_of[j]]),
                                float(speeds[row_of[j]])) for j in range(t)]
-                current = adapt(model, past, method=method, background=False).result()
+                if work is None:
+                    work = model.with_head(model.head())
+                work.take_head(adapt_head(model, past, method=method, background=False).result())
+                current = work
             predicted = np.asarray(current.predict(jobs[t - 1], parts, credits), np.float64)
             row = row_of[t]
             errors.append(abs(predicted[row] - speeds[row]) / speeds[row])
@@ -332,12 +337,13 @@ def leave_models_out(base: MetaModel, dataset: Dataset, *, extra: Dataset | None
     return out
 
 
-class Adaptation:
-    """A fine-tuning run in a background thread; ``result()`` waits for the adapted model."""
+class Adaptation(Generic[T]):
+    """A fine-tuning run in a background thread; ``result()`` waits for what it made (the
+    adapted model, or for ``adapt_head`` its head)."""
 
-    def __init__(self, target: Callable[[], MetaModel], *, background: bool = True,
+    def __init__(self, target: Callable[[], T], *, background: bool = True,
                  stop: threading.Event | None = None) -> None:
-        self._model: MetaModel | None = None
+        self._result: T | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._stop = stop or threading.Event()
@@ -349,9 +355,9 @@ class Adaptation:
         else:
             self._run(target)
 
-    def _run(self, target: Callable[[], MetaModel]) -> None:
+    def _run(self, target: Callable[[], T]) -> None:
         try:
-            self._model = target()
+            self._result = target()
         except BaseException as exc:  # handed to whoever asks for the result
             self._error = exc
         finally:
@@ -368,13 +374,13 @@ class Adaptation:
         self._stop.set()
         return self._done.wait(timeout)
 
-    def result(self, timeout: float | None = None) -> MetaModel:
+    def result(self, timeout: float | None = None) -> T:
         if not self._done.wait(timeout):
             raise TimeoutError(f"adaptation still running after {timeout} s")
         if self._error is not None:
             raise self._error
-        assert self._model is not None
-        return self._model
+        assert self._result is not None
+        return self._result
 
 
 ADAPT_METHODS = ("ridge", "adam")
@@ -382,8 +388,21 @@ ADAPT_METHODS = ("ridge", "adam")
 
 def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
           ridge: float = 10.0, epochs: int = 100, learning_rate: float = 5e-3,
-          background: bool = True) -> Adaptation:
-    """Fine-tune a copy of ``model``'s head on ``samples``; ``model`` itself is not changed.
+          background: bool = True) -> Adaptation[MetaModel]:
+    """A copy of ``model`` with its head fine-tuned on ``samples`` (``adapt_head``);
+    ``model`` itself is not changed. Returns at once (``background=True``); the Adaptation's
+    ``result()`` is the new model."""
+    fit, stop = _head_fit(model, samples, method=method, ridge=ridge, epochs=epochs,
+                          learning_rate=learning_rate)
+    return Adaptation(lambda: model.with_head(fit()), background=background, stop=stop)
+
+
+def adapt_head(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
+               ridge: float = 10.0, epochs: int = 100, learning_rate: float = 5e-3,
+               background: bool = True) -> Adaptation[Head]:
+    """Fine-tune ``model``'s head on ``samples``; ``result()`` is the new head, which
+    ``model.take_head`` puts in place without copying the network (a copy was four fifths of
+    an adaptation's CPU on rank 0).
 
     The encoder runs once (its output feeds the head and stays fixed), then in NumPy:
 
@@ -394,10 +413,18 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
     - ``method="adam"``: the head's three dense layers train with Adam (``epochs``,
       ``learning_rate``); for many observations of a shifted environment.
 
-    The encoder runs in a compiled graph (``MetaModel.encode``), so a ridge adaptation costs
-    rank 0 0.1-0.2 s (``benchmarks/meta_bench.py`` measures it) and queues
-    almost no work in TensorFlow's thread pools, which a training worker shares. Returns at once
-    (``background=True``); the Adaptation's ``result()`` is the new model."""
+    The encoder runs in a compiled graph (``MetaModel.encode``) and queues almost no work in
+    TensorFlow's thread pools, which a training worker shares (``benchmarks/meta_bench.py``
+    measures an adaptation's cost)."""
+    fit, stop = _head_fit(model, samples, method=method, ridge=ridge, epochs=epochs,
+                          learning_rate=learning_rate)
+    return Adaptation(fit, background=background, stop=stop)
+
+
+def _head_fit(model: MetaModel, samples: Sequence[Sample], *, method: str, ridge: float,
+              epochs: int, learning_rate: float) -> tuple[Callable[[], Head], threading.Event]:
+    """The checked inputs of an adaptation as the function that fits the head, and the
+    event that stops it."""
     if not samples:
         raise ConfigError("adapt needs at least one observation, got none")
     if method not in ADAPT_METHODS:
@@ -407,16 +434,12 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
     data = arrays(list(samples), model.vocabulary)
     stop = threading.Event()
 
-    def run() -> MetaModel:
-        keras = keras_module()
-        with model._lock:
-            clone = keras.models.clone_model(model.network)
-            clone.set_weights(model.network.get_weights())
-        vectors = model.encode(data.sequence, data.static)  # the copy's encoder is the same
-        head = clone.get_layer("head")
+    def fit() -> Head:
+        trained = model.head()
+        vectors = model.encode(data.sequence, data.static)
         x = np.concatenate([vectors, data.candidate], axis=1).astype(np.float64)
         y = np.asarray(data.target, np.float64).reshape(-1, 1)
-        weights = [w.astype(np.float64) for w in head.get_weights()]
+        weights = [w.astype(np.float64) for w in trained.weights]
         if method == "ridge":
             fitted = refit_output_layer(weights, x, y, ridge=ridge)
         else:
@@ -426,12 +449,11 @@ def adapt(model: MetaModel, samples: Sequence[Sample], *, method: str = "ridge",
                                     learning_rate=learning_rate, stop=stop)
         if stop.is_set():
             raise ConfigError("adaptation stopped before it finished")
-        head.set_weights([w.astype(np.float32) for w in fitted])
-        info = {**model.info, "adapted_on": len(data.target), "adapted_by": method,
+        info = {**trained.info, "adapted_on": len(data.target), "adapted_by": method,
                 "adapted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        return MetaModel(clone, vocabulary=model.vocabulary, info=info)
+        return Head(tuple(w.astype(np.float32) for w in fitted), trained.vocabulary, info)
 
-    return Adaptation(run, background=background, stop=stop)
+    return fit, stop
 
 
 def refit_output_layer(weights: list[npt.NDArray[np.float64]], x: npt.NDArray[np.float64],

@@ -134,7 +134,7 @@ class MetaTuner(Tuner):
         """Fine-tune the head on recent windows in the background (no-op for a predictor
         that is not a trained network, or while an adaptation is running)."""
         from common.meta._model import MetaModel
-        from common.meta._train import Sample, adapt
+        from common.meta._train import Sample, adapt_head
 
         if not isinstance(self.predictor, MetaModel) or self._adaptation is not None:
             return
@@ -152,7 +152,7 @@ class MetaTuner(Tuner):
         if samples:
             log.debug("meta tuner: adapting the head on %d window(s) in the background",
                      len(samples))
-            self._adaptation = adapt(self.predictor, samples)
+            self._adaptation = adapt_head(self.predictor, samples)
 
     def _collect_adaptation(self) -> None:
         with self._lock:
@@ -161,11 +161,12 @@ class MetaTuner(Tuner):
                 return
             self._adaptation = None
             try:
-                adapted = job.result()
-                if self.owns_predictor and hasattr(self.predictor, "take_head"):
-                    self.predictor.take_head(adapted)  # in place: no new scorer to compile
+                head = job.result()
+                if self.owns_predictor:  # in place: no new scorer to compile
+                    self.predictor.take_head(head)  # type: ignore[attr-defined]
                 else:  # never change a model the caller handed in; the copy is ours
-                    self.predictor, self.owns_predictor = adapted, True
+                    self.predictor = self.predictor.with_head(head)  # type: ignore[attr-defined]
+                    self.owns_predictor = True
             except Exception as exc:
                 log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
                 return

@@ -8,6 +8,7 @@ are tiny and trained for a few epochs: these tests check behaviour, not quality
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -32,7 +33,7 @@ from common.meta import (
     train,
 )
 from common.meta._model import STAMP
-from common.meta._train import arrays
+from common.meta._train import adapt_head, arrays
 from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace
 
 TINY = {"width": 8, "lstm": 8, "dense": 16}
@@ -275,6 +276,30 @@ def test_ridge_adaptation_refits_only_the_output_layer(model: MetaModel, data: D
         adapt(model, samples, method="sgd")
     with pytest.raises(ConfigError, match="ridge must be"):
         adapt(model, samples, ridge=0)
+
+
+def test_an_adapted_head_goes_in_place_without_a_copy_of_the_network(model: MetaModel,
+                                                                     data: Dataset) -> None:
+    """What the tuner uses: ``adapt_head`` fits the head alone and leaves the model as it was;
+    ``take_head`` puts it in place, predicting as the copy ``adapt`` makes, and refuses a
+    head of a model with another vocabulary."""
+    samples = [Sample(data.job(int(j)), int(p), int(c), float(v) / 1.7)
+               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                     data["credit_bytes"], data["speed"], strict=True)][:40]
+    mine = model.with_head(model.head())
+    trained = mine.head()
+    head = adapt_head(mine, samples, background=False).result()
+    for w, v in zip(trained.weights, mine.head().weights, strict=True):
+        np.testing.assert_array_equal(w, v)  # fitting changes nothing yet
+    copy = adapt(mine, samples, background=False).result()
+    job, parts, credits = samples[0].job, data["partition_bytes"][:8], data["credit_bytes"][:8]
+    assert not np.allclose(mine.predict(job, parts, credits), copy.predict(job, parts, credits))
+    mine.take_head(head)
+    np.testing.assert_allclose(mine.predict(job, parts, credits),
+                               copy.predict(job, parts, credits), rtol=1e-5)
+    assert mine.info["adapted_by"] == "ridge" and "adapted_by" not in model.info
+    with pytest.raises(ConfigError, match="same model"):
+        mine.take_head(dataclasses.replace(head, vocabulary=("other",)))
 
 
 def test_online_replay_of_real_runs_scores_each_next_window(data: Dataset) -> None:
