@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import Config
+from common.stats import busy_time
 
-__all__ = ["ChunkTiming", "StepRecorder", "StepStats", "busy_time"]
+__all__ = ["ChunkTiming", "StepRecorder", "StepStats"]
 
 _KEEP_STEPS = 1000
 _STALL_STEPS = 16
@@ -102,17 +103,6 @@ class _Open:
     @property
     def comm_s(self) -> float:
         return busy_time((r[5], r[6]) for r in self.raw)
-
-
-def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of ``(start, done)`` intervals."""
-    total, end = 0.0, float("-inf")
-    for start, done in sorted(intervals):
-        if done <= end:
-            continue
-        total += done - max(start, end)
-        end = done
-    return total
 
 
 class StepRecorder:

@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from autobyte_tf.planning import Plan, TensorInfo, make_plan
 from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
 from common.config import Config
 from common.control import TuningAgent
+from common.stats import busy_time
 
 __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
@@ -96,6 +97,8 @@ class Controller:
         self._traced = False
         self._lock = threading.Lock()
         self._ready: dict[tuple[TensorInfo, ...], list[float]] = {}
+        self._done: dict[tuple[TensorInfo, ...], list[tuple[tuple[int, ...], float]]] = {}
+        self._busy_s = 0.0  # the link's busy time per step under the plan in force, once sampled
         self._start = math.nan
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
@@ -184,6 +187,11 @@ class Controller:
         with self._lock:
             self._ready.setdefault(call, [math.nan] * len(call))[index] = when
 
+    def done(self, call: tuple[TensorInfo, ...], tensors: tuple[int, ...],
+             when: float) -> None:
+        with self._lock:
+            self._done.setdefault(call, []).append((tensors, when))
+
     def stamp_start(self, when: float) -> None:
         self._start = when
 
@@ -201,11 +209,14 @@ class Controller:
         if owner is not self._owner:
             self._owner = owner
             self._main, self._local_times, self._times_sent = None, None, False
+            self._busy_s = 0.0
         rebuild = False
         w = self._config.window_steps
         offset = _send_offset(w)
         if self.step > 0 and self.step % w == 0:
             rebuild = self._take()
+            if rebuild:
+                self._busy_s = 0.0
         if self.step % w == offset:
             if self.agent is not None:  # what is sent now is in force from the next boundary
                 due = self.agent.due(self.step + w - offset)
@@ -216,6 +227,7 @@ class Controller:
         self._traced = False
         with self._lock:
             self._ready.clear()
+            self._done.clear()
         self._start = math.nan
         return _Step(sample=sample, rebuild=rebuild)
 
@@ -231,11 +243,17 @@ class Controller:
                 relative = [x - self._start for x in ready]
                 self.recorder.record_ready(relative)
                 layer_times = self._local_times = tuple(backward_times(relative))
+                self._busy_s = _busy_s(ready, self._done.get(self._main, ())) or self._busy_s
         if self.agent is not None:
             if layer_times is not None:
                 layer_times = tuple(per_layer(layer_times, self._layer_of))
+            # a traced step's bytes took a trace's time; before a sampled step under the plan
+            # in force, the step's own time stands in for the link's busy time
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
-                                   bytes_up=self._wire_bytes, bytes_down=self._wire_bytes,
+                                   bytes_up=0 if traced else self._wire_bytes,
+                                   bytes_down=0 if traced else self._wire_bytes,
+                                   comm_s=0.0 if traced else min(self._busy_s or seconds,
+                                                                 seconds),
                                    warmup=traced)
         self.step += 1
 
@@ -344,3 +362,10 @@ class SteppedFunction:
             self._assumed += samples
         controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds, samples)
         return out
+
+
+def _busy_s(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]) -> float:
+    """The time a step's link was busy: the union of each collective's interval from the last
+    of its gradients ready to its result there (0 when no collective was stamped)."""
+    return busy_time((max(ready[i] for i in tensors), max(when, max(ready[i] for i in tensors)))
+                     for tensors, when in done if tensors)

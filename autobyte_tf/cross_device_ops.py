@@ -9,7 +9,9 @@ the planned order, and the results are split back. Collectives that share an ord
 in creation order, so ``lanes`` tokens bound the blocks in flight. Instance keys come from
 MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
 
-Native (scheduling off) takes MWMS's own path, with the same ready stamps on its results, so
+On sampled steps each gradient is stamped when it is ready and each collective's result when
+it is there, so a window's link rate is its bytes over the time the link was busy, not over the
+step. Native (scheduling off) takes MWMS's own path, with the same stamps on its results, so
 native windows carry the statistics the tuner needs to leave native; eager calls, sparse
 gradients and tensors without a static shape take MWMS's own path unchanged.
 """
@@ -33,9 +35,15 @@ __all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"
 
 
 class ReadyStamps(Protocol):
-    """Receives gradient-ready times while a sampled step runs (called from TF threads)."""
+    """Receives gradient-ready times, and when each collective's result is there, while a
+    sampled step runs (called from TF threads)."""
 
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None: ...
+
+    def done(self, call: tuple[TensorInfo, ...], tensors: tuple[int, ...],
+             when: float) -> None:
+        """The collective carrying (parts of) ``tensors`` of ``call`` finished at ``when``."""
+        ...
 
 
 class Planner(Protocol):
@@ -121,16 +129,29 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 return tf.nest.pack_sequence_as(value, native)
             with tf.device(device), tf.name_scope("autobyte_native"):
                 marks = _ready_marks(flat, infos, stamps, self._sampling)
+                marks[-1] += self._done_mark(native[-1], stamps, infos,
+                                             tuple(range(len(flat))), "autobyte_done")
                 return tf.nest.pack_sequence_as(
                     value, [after(m, r) for m, r in zip(marks, native, strict=True)])
         plan = self._planner.plan_for(infos)
         riding = self._riding(infos, flat)
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
+            done: list[list[Any]] = [[] for _ in flat]  # each tensor's blocks' done marks
+
+            def stamp_done(out: Any, tensors: tuple[int, ...], name: str) -> None:
+                assert stamps is not None
+                mark = self._done_mark(out, stamps, infos, tensors, name)
+                for i in tensors:
+                    done[i].append(mark)
+
             reduced = self._issue(flat, plan, replica_id, options,
-                                  rider=None if riding is None else riding[0])
+                                  rider=None if riding is None else riding[0],
+                                  done=None if stamps is None else stamp_done)
             if riding is not None:
                 riding[1](reduced.pop())
-            marks = [] if stamps is None else _ready_marks(flat, infos, stamps, self._sampling)
+            marks = [] if stamps is None else \
+                [sum(d, m) for m, d in zip(_ready_marks(flat, infos, stamps, self._sampling),
+                                           done, strict=True)]
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
                 if mean:
@@ -147,10 +168,21 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
             return None
         return self._rider.ride(self._planner.vector_length, flat[0].dtype)
 
+    def _done_mark(self, out: Any, stamps: ReadyStamps, infos: tuple[TensorInfo, ...],
+                   tensors: tuple[int, ...], name: str) -> Any:
+        """A stamp of when ``out`` (a collective's result) is there, on sampled steps: with
+        the ready stamps, the time the link was busy, which gives a window its link rate. It
+        joins the ready mark of each tensor ``out`` carries (``after`` once per tensor:
+        Grappler folds a reshape of a reshape, and a stamp feeding the inner one with it)."""
+        return gated_stamp(self._sampling, tf.reshape(out, [-1])[:1],
+                           _done_stamper(stamps, infos, tensors), name)
+
     def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
-               options: Any, *, rider: Any = None) -> list[Any]:
+               options: Any, *, rider: Any = None,
+               done: Callable[[Any, tuple[int, ...], str], None] | None = None) -> list[Any]:
         """Pack each block, create its collective in plan order, return each tensor whole
-        (and, after them, the sum of ``rider``, which goes with the last block issued)."""
+        (and, after them, the sum of ``rider``, which goes with the last block issued);
+        ``done`` is given each block's result with the tensors it carries."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
         hint = options.implementation.value
@@ -180,6 +212,9 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         carried = []
         for block in layout.blocks:
             out = reduced[block.index]
+            if done is not None:
+                done(out, tuple(sorted({s.tensor for s in block.segments})),
+                     f"autobyte_done{block.index}")
             cut = [s.size for s in block.segments]
             if rider is not None and block.index == plan.order[-1]:
                 out, total = tf.split(out, [sum(cut), int(rider.shape[0])])
@@ -235,6 +270,14 @@ def gated_stamp(sampling: Any, first: Any, fn: Callable[[NDArray[Any]], np.int8]
         return tf.numpy_function(fn, [first], tf.int8, stateful=False, name=name)
 
     return tf.cond(sampling, stamp, lambda: tf.constant(0, tf.int8))
+
+
+def _done_stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],
+                  tensors: tuple[int, ...]) -> Callable[[NDArray[Any]], np.int8]:
+    def stamp(_: NDArray[Any]) -> np.int8:
+        stamps.done(infos, tensors, time.perf_counter())
+        return np.int8(0)
+    return stamp
 
 
 def _stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +20,7 @@ from common.config import Config
 from common.errors import ConfigError, ControlError
 from common.stats._window import ARCHITECTURES, Window
 
-__all__ = ["StatsCollector"]
+__all__ = ["StatsCollector", "busy_time"]
 
 log = logging.getLogger(__name__)
 
@@ -190,3 +190,15 @@ class StatsCollector:
         self._layer_sum[:] = 0.0
         self._layer_steps = 0
         self._wall = 0.0
+
+
+def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, done)`` intervals: the time a link was busy with
+    transfers that overlap (an adapter's ``comm_s``)."""
+    total, end = 0.0, float("-inf")
+    for start, done in sorted(intervals):
+        if done <= end:
+            continue
+        total += done - max(start, end)
+        end = done
+    return total

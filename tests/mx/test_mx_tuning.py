@@ -24,7 +24,7 @@ from common.decision_log import read_log
 skip_without_mxnet()
 
 from autobyte_mx._control import decode, encode  # noqa: E402
-from autobyte_mx._stats import StepRecorder, busy_time  # noqa: E402
+from autobyte_mx._stats import StepRecorder  # noqa: E402
 from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
 from common.errors import ConfigError  # noqa: E402
 
@@ -199,21 +199,6 @@ def test_recorder_step_timed_as_a_whole_completes_without_rows_bytes_or_busy_tim
     assert (step.step, step.done, step.nbytes, step.comm_s, step.raw) == (1, 0.9, 0, 0.0, [])
 
 
-def test_busy_time_is_the_union_of_the_transfer_intervals() -> None:
-    assert busy_time([]) == 0.0
-    assert busy_time([(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.8)]) == pytest.approx(2.5)
-    rec = StepRecorder()
-    rec.begin_step(1, Config(tuner="none"), 8)
-    rec.issued(1, 3)
-    rec.chunks([(1, "a", 0, 0, 100, 0.0, 1.0, 2.0), (1, "a", 1, 1, 100, 0.0, 1.5, 2.5),
-                (1, "b", 0, 2, 100, 0.0, 4.0, 4.5)])
-    rec.ready(1, "a", 0.5)
-    rec.begin_step(2, Config(tuner="none"), 8)
-    (step,) = rec.finished()
-    assert step.comm_s == pytest.approx(2.0) and step.ready == {"a": 0.5}
-    assert rec.drain()[0].comm_s == pytest.approx(2.0)
-
-
 def test_recorder_passes_over_a_step_that_lost_a_chunk_record() -> None:
     rec = StepRecorder()
     config = Config(tuner="none")
@@ -324,3 +309,16 @@ def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) 
         rank0 = encode(rank=0, config=config, step=7, proposal=None)
         summed = [a + b for a, b in zip(rank0, vector, strict=True)]
         assert decode(summed, num_workers=2, rank=1, config=config).apply_to(config) is None
+
+
+def test_a_steps_busy_time_is_the_union_of_its_transfer_intervals() -> None:
+    rec = StepRecorder()
+    rec.begin_step(1, Config(tuner="none"), 8)
+    rec.issued(1, 3)
+    rec.chunks([(1, "a", 0, 0, 100, 0.0, 1.0, 2.0), (1, "a", 1, 1, 100, 0.0, 1.5, 2.5),
+                (1, "b", 0, 2, 100, 0.0, 4.0, 4.5)])
+    rec.ready(1, "a", 0.5)
+    rec.begin_step(2, Config(tuner="none"), 8)
+    (step,) = rec.finished()
+    assert step.comm_s == pytest.approx(2.0) and step.ready == {"a": 0.5}
+    assert rec.drain()[0].comm_s == pytest.approx(2.0)

@@ -9,7 +9,7 @@ import pytest
 
 from common.config import Config
 from common.errors import ControlError
-from common.stats import Observation, StatsCollector, Window, merge_windows
+from common.stats import Observation, StatsCollector, Window, busy_time, merge_windows
 
 
 def _collect(rank: int = 0, num_workers: int = 2, steps: range = range(20), *,
@@ -182,3 +182,8 @@ def test_a_step_the_adapter_marks_as_warmup_is_left_out_of_the_speed() -> None:
     merged = merge_windows([dataclasses.replace(w, num_workers=2), other])
     assert (merged.warmup_steps, merged.warmup_s) == (2, 7.0)
     assert Observation.from_dict(merged.to_dict()).warmup_s == 7.0
+
+
+def test_busy_time_is_the_union_of_the_transfer_intervals() -> None:
+    assert busy_time([]) == 0.0
+    assert busy_time([(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.8)]) == pytest.approx(2.5)

@@ -313,3 +313,36 @@ def test_steps_between_sample_counter_reads_get_the_last_rate_and_the_total_stay
     # samples fewer than given: step 7 gets what is left; then steps 8 and 9 until two agree
     assert recorded == [8, 8, 8, 8, 8, 8, 8, 3, 8, 8, 8, 8]
     assert total["reads"] - reads == 7  # steps 0, 1, 3, 7, 8, 9, 11
+
+
+def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> None:
+    """Sampled steps stamp when each gradient is ready and when each collective's result is
+    there; the link was busy for the union of [last gradient of a block ready, its result],
+    and the steps' bytes over that time is the window's rate, not bytes over step time. Steps
+    before the first stamped one stand in with their own time; a traced step sends no bytes
+    of steady state."""
+    windows: list[Window] = []
+    agent = TuningAgent(rank=0, num_workers=2, config=Config(window_steps=4, tuner="none"),
+                        environ={})
+    agent._collector._on_window = windows.append
+    c = Controller(config=agent.config, rank=0, workers=2, bandwidth=1e9,
+                   broadcast=lambda v: lambda: v, agent=agent, sample_every=2,
+                   set_sampling=lambda on: None)
+    infos = (TensorInfo("t0", 4096, 4, rank=2), TensorInfo("t1", 4096, 4, rank=2))
+    for n in range(12):
+        step = c.begin()
+        if n == 0:
+            c.plan_for(infos)  # traces: warm-up
+        elif step.sample and n >= 4:
+            c.stamp_start(10.0)
+            c.stamp(infos, 0, 10.01)
+            c.stamp(infos, 1, 10.02)
+            c.done(infos, (0,), 10.03)  # busy 10.01-10.03 and 10.02-10.05: 0.04 s
+            c.done(infos, (0, 1), 10.05)
+        c.end(step, 0.1, 8)
+    agent.close()
+    first, second, third = windows
+    assert first.warmup_steps == 1 and first.bytes_up == 3 * 8192
+    assert first.bandwidth_up == pytest.approx(8 * 8192 / 0.1)  # no stamps yet: step time
+    assert second.bandwidth_up == pytest.approx(8 * 8192 * 4 / (0.1 + 3 * 0.04))
+    assert third.bandwidth_up == pytest.approx(8 * 8192 / 0.04)
