@@ -93,17 +93,18 @@ def backward_times(ready: Sequence[float]) -> list[float]:
 class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
-    __slots__ = ("_agent", "_config", "_index", "_last", "_layers", "_sample_every",
-                 "_signature")
+    __slots__ = ("_agent", "_config", "_index", "_last", "_layers", "_link_factor",
+                 "_sample_every", "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
-                 sample_every: int | None = None) -> None:
+                 sample_every: int | None = None, link_factor: float = 1.0) -> None:
         if sample_every is not None and (isinstance(sample_every, bool) or
                                          not isinstance(sample_every, int) or sample_every < 1):
             raise ConfigError(f"sample_every must be an int >= 1 (steps), got "
                               f"sample_every={sample_every!r}")
         self._agent = agent
         self._config = config
+        self._link_factor = link_factor  # common.stats.comm_factor of the job
         self._sample_every = sample_every or config.window_steps
         self._index: dict[str, int] = {}
         self._layers = 0
@@ -140,7 +141,9 @@ class Tuning:
         step's (used only without two consecutive completions), ``ready`` maps tensor names to
         gradient-ready times (same clock), ``nbytes`` is what this worker pushed (and pulled
         back) in it, ``comm_s`` the time its link was busy (the union of its blocks'
-        transfer intervals), from which the agent's windows take their bandwidth.
+        transfer intervals), from which the agent's windows take their bandwidth: ``nbytes``
+        times ``link_factor`` (``common.stats.comm_factor``: every worker's push crosses a
+        server's link) over ``comm_s``, the rate of the link the transfers waited for.
 
         Without a batch size (plain kvstore use, no Trainer) a step counts as one sample, so
         the tuner compares steps per second.
@@ -156,8 +159,9 @@ class Tuning:
         layer_times = None
         if self.sampled(step) and self._layers:
             layer_times = self.layer_times(ready)
+        link_bytes = round(nbytes * self._link_factor)  # what the servers' links carry
         self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,
-                                bytes_up=nbytes, bytes_down=nbytes, comm_s=comm_s)
+                                bytes_up=link_bytes, bytes_down=link_bytes, comm_s=comm_s)
 
     def layer_times(self, ready: Mapping[str, float]) -> npt.NDArray[np.float64] | None:
         """Backward seconds per layer, or None when some layer has no ready time this step

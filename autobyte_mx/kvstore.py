@@ -70,6 +70,7 @@ from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
 from common.plan import START, Scheduler, Send, issue_order
+from common.stats import comm_factor
 
 __all__ = ["AutoByte"]
 
@@ -127,7 +128,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._agent = TuningAgent(rank=self._rank, num_workers=self._num_workers,
                                   config=self._config, model=model_name, arch="ps",
                                   **agent_options)
-        self._tuning = Tuning(self._agent, self._config, sample_every=sample_every)
+        self._servers = int(os.environ.get("DMLC_NUM_SERVER") or 1)
+        self._tuning = Tuning(self._agent, self._config, sample_every=sample_every,
+                              link_factor=comm_factor("ps", self._num_workers, self._servers))
         self._layers_changed = True
         self._scheduler = Scheduler(self._config, start=self._start_send)
         self._sequencer = Sequencer(self._scheduler)
@@ -155,7 +158,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._unfinished: dict[int, int] = {}  # step -> blocks issued and not yet finished
         self._progress = threading.Condition(threading.Lock())
         self._head_bytes: int | None = None  # rank 0's measurement; None: the credit size
-        self._servers = int(os.environ.get("DMLC_NUM_SERVER") or 1)
         self._optimizer: Any = None  # the user's optimizer, when it runs on the server
         self._compression: Compression | None = None  # set_gradient_compression's
         self._token = ""  # names this job's optimizer in the server's messages

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from common.errors import ConfigError
+from common.stats import comm_factor
 
 __all__ = [
     "CANDIDATE_FEATURES",
@@ -46,7 +47,6 @@ __all__ = [
     "JobTracker",
     "MetaInput",
     "Sample",
-    "comm_factor",
     "encode_candidates",
     "encode_job",
     "reference_s",
@@ -207,13 +207,6 @@ class EncodedJob:
     comm_s: float
     total_bytes: float
     samples_per_step: int
-
-
-def comm_factor(arch: str, workers: int, servers: int) -> float:
-    """Bottleneck-link bytes per byte of gradient (ring: 2(n-1)/n; PS: n/servers, >= 1)."""
-    if arch == "allreduce":
-        return 2.0 * (workers - 1) / workers
-    return max(1.0, workers / servers)
 
 
 def reference_s(job: MetaInput) -> tuple[float, float]:

@@ -40,8 +40,9 @@ from common.config import Config
 from common.errors import ConfigError
 from common.plan import Layout, Scheduler, Send, TensorSpec, issue_order, make_layout
 from common.sim._bandwidth import BandwidthSchedule
-from common.sim._network import Transfer, allreduce_model, comm_factor, ps_model
+from common.sim._network import Transfer, allreduce_model, ps_model
 from common.sim._profiles import Profile
+from common.stats import comm_factor
 from common.units import parse_rate
 
 __all__ = ["ARCHS", "DEFAULT_LATENCY_S", "DEFAULT_OVERHEAD_S", "SimResult", "lower_bound",

@@ -26,17 +26,10 @@ from collections.abc import Callable
 
 from common.sim._bandwidth import BandwidthSchedule
 
-__all__ = ["Transfer", "allreduce_model", "comm_factor", "ps_model"]
+__all__ = ["Transfer", "allreduce_model", "ps_model"]
 
 # (nbytes, start time, server index) -> time the chunk's communication is complete
 Transfer = Callable[[int, float, int], float]
-
-
-def comm_factor(arch: str, workers: int, servers: int) -> float:
-    """Bottleneck-link seconds per byte, relative to one byte over one worker link."""
-    if arch == "allreduce":
-        return 2.0 * (workers - 1) / workers
-    return max(1.0, workers / servers)
 
 
 def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: float,

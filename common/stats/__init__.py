@@ -13,7 +13,7 @@ Adapters normally use ``common.control.TuningAgent``, which owns a collector. Di
 combines one window of all workers with ``merge_windows`` into an ``Observation``.
 """
 
-from common.stats._collector import StatsCollector, busy_time
+from common.stats._collector import StatsCollector, busy_time, comm_factor
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
@@ -26,5 +26,6 @@ __all__ = [
     "StatsCollector",
     "Window",
     "busy_time",
+    "comm_factor",
     "merge_windows",
 ]

@@ -20,7 +20,7 @@ from common.config import Config
 from common.errors import ConfigError, ControlError
 from common.stats._window import ARCHITECTURES, Window
 
-__all__ = ["StatsCollector", "busy_time"]
+__all__ = ["StatsCollector", "busy_time", "comm_factor"]
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +202,14 @@ def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
         total += done - max(start, end)
         end = done
     return total
+
+
+def comm_factor(arch: str, workers: int, servers: int) -> float:
+    """Bytes the busiest link carries per byte of one worker's gradient: a ring all-reduce
+    sends 2(n-1)/n of it over each worker's link; a parameter server's link carries every
+    worker's push (n/servers, at least 1). Adapters report their bytes times this over their
+    busy time, so a window's B_u, B_d is that link's rate, as the simulator and the
+    meta-network's features take it."""
+    if arch == "allreduce":
+        return 2.0 * (workers - 1) / workers
+    return max(1.0, workers / servers)

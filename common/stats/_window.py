@@ -35,8 +35,10 @@ class Window:
         step after a reconfiguration retraces or allocates and is not representative); they
         took ``warmup_s`` seconds (what a switch costs, beyond steady-state steps).
     speed: samples/s on this worker (V); ``bandwidth_up``/``bandwidth_down`` are B_u, B_d in
-        bit/s (bytes moved over the time spent moving them, or over the window when the adapter
-        does not report busy time).
+        bit/s: ``bytes_up``/``bytes_down`` over the time spent moving them (over the window
+        when the adapter reports no busy time), where the bytes are the gradient's times
+        ``common.stats.comm_factor`` (what the busiest link carries per worker), so B_u, B_d
+        is that link's rate.
     layer_backward_s: mean backward time per layer in forward order (this worker's row of T),
         from ``layer_steps`` sampled steps; empty when the adapter sampled none.
     layer_bytes: gradient bytes per layer in forward order (l entries when known).

@@ -27,6 +27,7 @@ from autobyte_mx._control import decode, encode  # noqa: E402
 from autobyte_mx._stats import StepRecorder  # noqa: E402
 from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
 from common.errors import ConfigError  # noqa: E402
+from common.stats import comm_factor  # noqa: E402
 
 # forward order: dense0 (weight, bias), dense1 (weight, bias), dense2 (weight, bias)
 TENSORS = [("net_dense0_weight", 76800), ("net_dense0_bias", 1200),
@@ -322,3 +323,18 @@ def test_a_steps_busy_time_is_the_union_of_its_transfer_intervals() -> None:
     (step,) = rec.finished()
     assert step.comm_s == pytest.approx(2.0) and step.ready == {"a": 0.5}
     assert rec.drain()[0].comm_s == pytest.approx(2.0)
+
+
+def test_the_bytes_reported_are_what_the_servers_links_carry() -> None:
+    """Every worker's push crosses a server's link: with 4 workers and 2 servers each server
+    link carries twice a worker's bytes in the busy time, so the bytes the agent gets (over
+    the busy time: the window's link rate) are twice what the worker pushed, as the simulator
+    and the meta-network's features count a parameter server's link."""
+    agent = _Recorder()
+    tuning = Tuning(agent, Config(tuner="none"), link_factor=comm_factor("ps", 4, 2))
+    tuning.set_layers(TENSORS)
+    _feed(tuning, range(1, 3), Config(tuner="none"))
+    steps = [call[3] for name, call in agent.calls if name == "step"]
+    assert steps and all(kw["bytes_up"] == kw["bytes_down"] == 2 * 326840 for kw in steps)
+    assert all(kw["comm_s"] == COMM_S for kw in steps)
+    assert comm_factor("ps", 2, 4) == 1.0 and comm_factor("allreduce", 4, 1) == 1.5
