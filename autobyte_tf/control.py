@@ -365,7 +365,8 @@ class SteppedFunction:
 
 
 def _busy_s(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]) -> float:
-    """The time a step's link was busy: the union of each collective's interval from the last
-    of its gradients ready to its result there (0 when no collective was stamped)."""
+    """The time a step's link was busy: the union of the intervals of its stamped runs of
+    collectives, from the last gradient of a run's first collective ready to the run's result
+    there (0 when none was stamped)."""
     return busy_time((max(ready[i] for i in tensors), max(when, max(ready[i] for i in tensors)))
                      for tensors, when in done if tensors)

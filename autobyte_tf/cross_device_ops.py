@@ -9,11 +9,12 @@ the planned order, and the results are split back. Collectives that share an ord
 in creation order, so ``lanes`` tokens bound the blocks in flight. Instance keys come from
 MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
 
-On sampled steps each gradient is stamped when it is ready and each collective's result when
-it is there, so a window's link rate is its bytes over the time the link was busy, not over the
-step. Native (scheduling off) takes MWMS's own path, with the same stamps on its results, so
-native windows carry the statistics the tuner needs to leave native; eager calls, sparse
-gradients and tensors without a static shape take MWMS's own path unchanged.
+On sampled steps each gradient is stamped when it is ready and the results of a few runs of
+collectives when they are there, so a window's link rate is its bytes over the time the link
+was busy, not over the step. Native (scheduling off) takes MWMS's own path, with the same
+stamps on its results, so native windows carry the statistics the tuner needs to leave native;
+eager calls, sparse gradients and tensors without a static shape take MWMS's own path
+unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from common.plan import MAX_LANES
 
 __all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"]
 
+DONE_STAMPS = 8  # collectives of a call whose result is stamped on sampled steps, at most
+
 
 class ReadyStamps(Protocol):
     """Receives gradient-ready times, and when each collective's result is there, while a
@@ -42,7 +45,8 @@ class ReadyStamps(Protocol):
 
     def done(self, call: tuple[TensorInfo, ...], tensors: tuple[int, ...],
              when: float) -> None:
-        """The collective carrying (parts of) ``tensors`` of ``call`` finished at ``when``."""
+        """Collectives of ``call`` that could start once ``tensors`` were ready (the link
+        busy from then) finished at ``when``."""
         ...
 
 
@@ -138,10 +142,11 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
             done: list[list[Any]] = [[] for _ in flat]  # each tensor's blocks' done marks
 
-            def stamp_done(out: Any, tensors: tuple[int, ...], name: str) -> None:
+            def stamp_done(out: Any, first: tuple[int, ...], carried: tuple[int, ...],
+                           name: str) -> None:
                 assert stamps is not None
-                mark = self._done_mark(out, stamps, infos, tensors, name)
-                for i in tensors:
+                mark = self._done_mark(out, stamps, infos, first, name)
+                for i in carried:
                     done[i].append(mark)
 
             reduced = self._issue(flat, plan, replica_id, options,
@@ -179,10 +184,14 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
 
     def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
                options: Any, *, rider: Any = None,
-               done: Callable[[Any, tuple[int, ...], str], None] | None = None) -> list[Any]:
+               done: Callable[[Any, tuple[int, ...], tuple[int, ...], str], None] | None = None
+               ) -> list[Any]:
         """Pack each block, create its collective in plan order, return each tensor whole
-        (and, after them, the sum of ``rider``, which goes with the last block issued);
-        ``done`` is given each block's result with the tensors it carries."""
+        (and, after them, the sum of ``rider``, which goes with the last block issued).
+        ``done`` is given the result of the last block of each of at most ``DONE_STAMPS`` runs
+        of consecutive blocks in plan order, with the tensors of the run's first block (when
+        the run could start) and of its last (what the result carries): a stamp is a branch
+        to trace, and a plan of small blocks has hundreds of blocks."""
         launcher = self._launchers[replica_id]
         lanes = self._lanes[replica_id]
         hint = options.implementation.value
@@ -208,13 +217,18 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 instance_key=launcher._next_instance_key(),
                 ordering_token=[lanes[j % plan.lanes].handle], merge_op="Add", final_op="Id",
                 communication_hint=hint, timeout_seconds=timeout)
+        if done is not None:
+            tensors = {b.index: tuple(sorted({s.tensor for s in b.segments}))
+                       for b in layout.blocks}
+            size = -(-len(plan.order) // DONE_STAMPS)
+            for start in range(0, len(plan.order), size):
+                run = plan.order[start:start + size]
+                done(reduced[run[-1]], tensors[run[0]], tensors[run[-1]],
+                     f"autobyte_done{run[-1]}")
         results: list[list[Any]] = [[] for _ in flat]
         carried = []
         for block in layout.blocks:
             out = reduced[block.index]
-            if done is not None:
-                done(out, tuple(sorted({s.tensor for s in block.segments})),
-                     f"autobyte_done{block.index}")
             cut = [s.size for s in block.segments]
             if rider is not None and block.index == plan.order[-1]:
                 out, total = tf.split(out, [sum(cut), int(rider.shape[0])])
