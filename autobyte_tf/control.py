@@ -368,5 +368,5 @@ def _busy_s(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]) -
     """The time a step's link was busy: the union of the intervals of its stamped runs of
     collectives, from the last gradient of a run's first collective ready to the run's result
     there (0 when none was stamped)."""
-    return busy_time((max(ready[i] for i in tensors), max(when, max(ready[i] for i in tensors)))
-                     for tensors, when in done if tensors)
+    starts = ((max(ready[i] for i in tensors), when) for tensors, when in done if tensors)
+    return busy_time((start, max(start, when)) for start, when in starts)

@@ -38,8 +38,8 @@ DONE_STAMPS = 8  # collectives of a call whose result is stamped on sampled step
 
 
 class ReadyStamps(Protocol):
-    """Receives gradient-ready times, and when each collective's result is there, while a
-    sampled step runs (called from TF threads)."""
+    """Receives gradient-ready times, and when the results of runs of collectives are there,
+    while a sampled step runs (called from TF threads)."""
 
     def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None: ...
 

@@ -237,13 +237,17 @@ class MetaModel:
 
     def with_head(self, head: Head) -> MetaModel:
         """A copy of this model with ``head`` in place (this one is not changed)."""
+        copy = MetaModel(self._network_copy(), vocabulary=self.vocabulary, info=self.info)
+        copy.take_head(head)
+        return copy
+
+    def _network_copy(self) -> Any:
+        """The network with the same weights, and no optimizer state."""
         keras = keras_module()
         with self._lock:
             clone = keras.models.clone_model(self.network)
             clone.set_weights(self.network.get_weights())
-        copy = MetaModel(clone, vocabulary=self.vocabulary, info=self.info)
-        copy.take_head(head)
-        return copy
+        return clone
 
     def save(self, path: str | Path) -> Path:
         """Write one ``.keras`` file with the stamp (atomically: a reader never sees half)."""
@@ -252,10 +256,7 @@ class MetaModel:
             raise ModelFileError(f"a meta-network file must end in .keras, got {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")
-        keras = keras_module()
-        with self._lock:  # a copy without optimizer state: half the size, same predictions
-            bare = keras.models.clone_model(self.network)
-            bare.set_weights(self.network.get_weights())
+        bare = self._network_copy()  # without optimizer state: half the size, same predictions
         try:
             bare.save(tmp)
             stamp = {"format": FORMAT, "format_version": FORMAT_VERSION,
