@@ -19,6 +19,7 @@ unchanged.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -31,6 +32,8 @@ from tensorflow.python.distribute import reduce_util
 
 from autobyte_tf.planning import Plan, TensorInfo
 from common.plan import MAX_LANES
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"]
 
@@ -105,10 +108,21 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                                                     name=f"autobyte_lane{i}")
                                         for i in range(MAX_LANES)])
         self.blocks_traced = 0
+        self._warned = False
+
+    def _warn_unscheduled(self, flat: Sequence[Any]) -> None:
+        """Say once that gradients go unscheduled (a user would otherwise see no effect)."""
+        count = sum(_unshaped(t) for t in flat)
+        if count and not self._warned and not tf.executing_eagerly():
+            self._warned = True
+            log.warning("AutoByte: %d of the %d tensors of an all-reduce are sparse or have no "
+                        "static shape, so the call takes MultiWorkerMirroredStrategy's own "
+                        "path, unscheduled", count, len(flat))
 
     def _all_reduce(self, reduce_op: Any, value: Any, replica_id: int, options: Any) -> Any:
         flat = tf.nest.flatten(value)
         if tf.executing_eagerly() or not flat or not all(_schedulable(t) for t in flat):
+            self._warn_unscheduled(flat)
             return super()._all_reduce(reduce_op, value, replica_id, options)
         infos = tuple(TensorInfo(name=f"tensor{i}", nbytes=_nbytes(t), itemsize=t.dtype.size,
                                  rank=t.shape.rank if t.shape.rank is not None else 2,
@@ -238,6 +252,12 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
                 results[segment.tensor].append(part)
         self.blocks_traced += len(plan.order)
         return [r[0] if len(r) == 1 else tf.concat(r, 0) for r in results] + carried
+
+
+def _unshaped(t: Any) -> bool:
+    """A gradient the plan cannot lay out: sparse, or a float tensor without a static shape."""
+    return isinstance(t, tf.IndexedSlices) or (
+        isinstance(t, tf.Tensor) and t.dtype.is_floating and not t.shape.is_fully_defined())
 
 
 def _schedulable(t: Any) -> bool:

@@ -5,6 +5,11 @@ on a whole data batch while building the model (all-reducing integer labels acro
 and ``strategy.reduce("MEAN", scalar, axis=0)`` on every metric, which MWMS rejects. The fixes
 apply to MWMS (plain or AutoByte); every other strategy keeps Keras's code unchanged.
 
+A Dense layer over a sequence (the kernel's gradient is a tensordot over an unknown batch)
+yields a gradient without a static shape; the optimizer's all-reduce then could not be laid
+out in blocks, and took MWMS's own path unscheduled. Under an AutoByteStrategy each gradient
+gets its variable's shape before the all-reduce.
+
 For an AutoByteStrategy, ``make_train_function`` also wraps the train function so each call
 keeps the step protocol (``control.SteppedFunction``), and ``jit_compile=True`` is refused with
 a clear error, because AutoByte's per-chunk collectives and Python stamps cannot be compiled.
@@ -21,6 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 from keras.src import tree
+from keras.src.backend.tensorflow import optimizer as tf_optimizer
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
 from common.errors import ConfigError
@@ -45,12 +51,14 @@ def install() -> None:
         make_train_function=cls.make_train_function,
         make_test_function=cls.make_test_function,
         make_predict_function=cls.make_predict_function,
+        all_reduce_sum_gradients=tf_optimizer.TFOptimizer._all_reduce_sum_gradients,
     )
     tf_trainer.reduce_per_replica = _reduce_per_replica
     cls._maybe_symbolic_build = _maybe_symbolic_build
     cls.make_train_function = _make_train_function
     cls.make_test_function = _refusing_jit("make_test_function")
     cls.make_predict_function = _refusing_jit("make_predict_function")
+    tf_optimizer.TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
 
 
 def _multi_worker(strategy: Any) -> bool:
@@ -73,6 +81,23 @@ def _reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
         return strategy.reduce("MEAN", v, axis=axis)
 
     return tree.map_structure(mean, values)
+
+
+def _all_reduce_sum_gradients(self: Any, grads_and_vars: Any) -> Any:
+    pairs = list(grads_and_vars)
+    if _autobyte(tf.distribute.get_strategy()) is not None:
+        pairs = [(_shaped(g, v), v) for g, v in pairs]
+    return _ORIGINALS["all_reduce_sum_gradients"](self, pairs)
+
+
+def _shaped(grad: Any, var: Any) -> Any:
+    """``grad`` with ``var``'s static shape where it lacks one (dense gradients only)."""
+    if not isinstance(grad, tf.Tensor) or grad.shape.is_fully_defined():
+        return grad
+    shape = tf.TensorShape(var.shape)
+    if not shape.is_fully_defined() or not grad.shape.is_compatible_with(shape):
+        return grad
+    return tf.ensure_shape(grad, shape)
 
 
 def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:

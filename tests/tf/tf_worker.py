@@ -35,7 +35,10 @@ WINDOW = 3  # agreement every 3 steps: sampled at 1, 4, 7..; measured plan from 
 def build(strategy: Any) -> Any:
     keras.utils.set_random_seed(7)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
+        # a Dense over a sequence first: its kernel's gradient has no static shape of its own
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Reshape((4, 4)),
+                                  keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Flatten(),
                                   keras.layers.Dense(64, activation="relu"),
                                   keras.layers.Dense(4)])
         model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
