@@ -13,7 +13,7 @@
    default (160 KiB, 1x). Simulated, not measured on the testbed.
 3. One online adaptation as the coordinator runs it (the default ridge refit of the head, put
    in place in the tuner's copy of the model, background=False) on the windows of each shipped
-   real testbed run (datasets/testbed_v3.npz): wall and CPU seconds, median of
+   real testbed run (datasets/testbed_v4.npz): wall and CPU seconds, median of
    --adapt-repeat, after one to compile the encoder.
 """
 
@@ -110,7 +110,7 @@ def main() -> None:
                   f"{p3 / true.max():>10.1%}")
 
     data = Dataset.load(os.path.join(os.path.dirname(__file__), "..", "datasets",
-                                     "testbed_v3.npz"))
+                                     "testbed_v4.npz"))
     print(f"\n3. one online adaptation (ridge) on a real run's windows (s, median of "
           f"{args.adapt_repeat})")
     print(f"{'run':<24} {'windows':>7} {'wall':>6} {'cpu':>6}")

@@ -4,11 +4,11 @@ The meta-network predicts a job's speed under each configuration, so the tuner c
 without trying it. These commands make its datasets (simulated, or from real runs), train or
 fine-tune it, and measure it on jobs it never saw.
 
-    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v2.npz
-    autobyte meta train --data datasets/sim_train_v2.npz --out m.keras
+    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v3.npz
+    autobyte meta train --data datasets/sim_train_v3.npz --out m.keras
     autobyte meta eval --model m.keras
     autobyte meta collect --from-logs autobyte-logs --out runs/testbed.npz
-    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v2.npz \\
+    autobyte meta train --init common/meta/pretrained.keras --data datasets/sim_train_v3.npz \\
         --data runs/testbed.npz --holdout-runs 'tensorflow-*-300mbit/*' --out m.keras
 
 Testbed data (``collect``) is used as the tuner uses it: the statistics of each window score
@@ -34,8 +34,8 @@ __all__ = ["DATASETS", "register", "shipped_dataset"]
 # The shipped datasets sit next to common/; defaults are found here, not in the cwd.
 DATASETS = Path(common.__file__).resolve().parent.parent / "datasets"
 _MAKE = {
-    "sim_train_v2.npz": "autobyte meta generate --jobs 600 --seed 0 --out {path}",
-    "sim_holdout_v2.npz": "autobyte meta generate --holdout --grid --jobs 24 --seed 0 "
+    "sim_train_v3.npz": "autobyte meta generate --jobs 600 --seed 0 --out {path}",
+    "sim_holdout_v3.npz": "autobyte meta generate --holdout --grid --jobs 24 --seed 0 "
                           "--out {path}",
 }
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -45,8 +45,8 @@ Simulate training jobs (shipped and random layer profiles, clusters and links) a
 speed of each under several configurations and native: the rows the meta-network learns from.
 The same --seed gives the same file (datasets/SCHEMA.md).
 
-    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v2.npz
-    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v2.npz
+    autobyte meta generate --jobs 600 --seed 0 --out datasets/sim_train_v3.npz
+    autobyte meta generate --holdout --grid --jobs 24 --seed 0 --out datasets/sim_holdout_v3.npz
 
 --holdout draws only what training never sees (DenseNet-121, random layer profiles from
 another stream, 2-5 Gbit/s links); --grid runs every candidate of the tuner's search space per
@@ -55,10 +55,10 @@ job, so eval can compare the configuration the model picks with the best one.
 
 _TRAIN = f"""\
 Train a new meta-network on one or more datasets, or fine-tune one (--init), e.g. on testbed
-runs; without --data it trains on the shipped {DATASETS / "sim_train_v2.npz"}.
+runs; without --data it trains on the shipped {DATASETS / "sim_train_v3.npz"}.
 
-    autobyte meta train --data datasets/sim_train_v2.npz --data datasets/sim_train_v2_seed1.npz \\
-        --out pretrained.keras --eval datasets/sim_holdout_v2.npz
+    autobyte meta train --data datasets/sim_train_v3.npz --data datasets/sim_train_v3_seed1.npz \\
+        --out pretrained.keras --eval datasets/sim_holdout_v3.npz
     autobyte meta train --init common/meta/pretrained.keras --data runs/testbed.npz \\
         --holdout-runs '*-300mbit/*' --head-only --out m.keras
 """
@@ -76,7 +76,7 @@ shaped links), one framework x model x rate at a time.
 _EVAL = f"""\
 How well a model predicts speeds and picks configurations on jobs it never saw (MAPE, share of
 the best speed its pick reaches), and how long one inference over every candidate takes.
-Without --data it uses the shipped {DATASETS / "sim_holdout_v2.npz"}.
+Without --data it uses the shipped {DATASETS / "sim_holdout_v3.npz"}.
 
     autobyte meta eval
     autobyte meta eval --model m.keras --data runs/testbed.npz --runs '*-300mbit/*' --online
@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
         "train", help="train a network on one or more datasets", formatter_class=_RAW,
         description=_TRAIN)
     tr.add_argument("--data", action="append", help="dataset .npz (repeatable; default the "
-                    "shipped datasets/sim_train_v2.npz)")
+                    "shipped datasets/sim_train_v3.npz)")
     tr.add_argument("--out", default="meta.keras",
                     help="model file to write (.keras, default meta.keras)")
     tr.add_argument("--epochs", type=int, default=60,
@@ -175,7 +175,7 @@ def register(subparsers: Any) -> None:
         description=_EVAL)
     ev.add_argument("--model", help="model file (default: the pretrained model)")
     ev.add_argument("--data", help="dataset .npz (default the shipped "
-                    "datasets/sim_holdout_v2.npz)")
+                    "datasets/sim_holdout_v3.npz)")
     ev.add_argument("--runs", action="append", metavar="PATTERN",
                     help="only the testbed runs matching (shell pattern on job_run; repeatable)")
     ev.add_argument("--online", nargs="?", const="ridge", metavar="METHODS",
@@ -302,7 +302,7 @@ def _load_sets(paths: list[str]) -> Any:
 def _train(args: argparse.Namespace) -> int:
     from common.meta import MetaModel, fine_tune, train
 
-    data = _load_sets(args.data or [str(shipped_dataset("sim_train_v2.npz"))])
+    data = _load_sets(args.data or [str(shipped_dataset("sim_train_v3.npz"))])
     held = None
     if args.head_only and not args.init:
         raise ConfigError("--head-only fine-tunes an existing model: give --init MODEL too")
@@ -409,7 +409,7 @@ def _eval(args: argparse.Namespace) -> int:
     from common.meta import MetaModel
     from common.tuners import SearchSpace
 
-    path = args.data or str(shipped_dataset("sim_holdout_v2.npz"))
+    path = args.data or str(shipped_dataset("sim_holdout_v3.npz"))
     model = MetaModel.load(args.model)
     data = _load_sets([path])
     if args.runs:

@@ -3,7 +3,8 @@ one job and the speed it reached), stored as one compressed ``.npz`` (datasets/S
 
 The simulator source draws each job at random (one of the four real profiles or a randomised
 layer profile; 1-128 workers; PS or all-reduce; 0.1-100 Gbit/s; device speed, batch size,
-bandwidth that changes within the window) and a few configurations per job (partition
+bandwidth that changes within the window; a per-block cost around what each framework's blocks
+cost here, ``BLOCK_COST_S``) and a few configurations per job (partition
 log-uniform in 4 KB-1 GB, credit 1x-16x). Everything derives from ``seed`` and the job index,
 so a larger set is rebuilt exactly from the same seed. ``grid=True`` runs every candidate of a
 search space for each job instead: what held-out evaluation needs to compare the pick with
@@ -32,10 +33,16 @@ __all__ = ["DATASET_VERSION", "HOLDOUT_BANDWIDTH_BPS", "HOLDOUT_MODELS", "Datase
 DATASET_VERSION = 1
 MIN_PARTITION, MAX_PARTITION = 4 * 1024, 1024**3
 # the simulator's cost is per chunk: partitions that cut one iteration into more chunks than
-# this (overhead-bound anyway: 100 us each) are not drawn; time-varying bandwidth (slower to
+# this (overhead-bound anyway) are not drawn; time-varying bandwidth (slower to
 # simulate) only for configurations with at most SCHEDULE_CHUNKS chunks
 MAX_CHUNKS = 32768
 SCHEDULE_CHUNKS = 8192
+# the CPU time one block costs, by arch: fitted to the ratios to native of real testbed
+# runs (a TensorFlow collective about 2 ms on this machine, an MXNet key's push and pull about
+# 1 ms; the simulator's own 100 us overrated 64KiB blocks by 25% in TensorFlow). Each job draws
+# within a factor BLOCK_COST_SPREAD of it, so the network does not learn one machine's figure.
+BLOCK_COST_S = {"allreduce": 2e-3, "ps": 1e-3}
+BLOCK_COST_SPREAD = 2.0
 # never in the training data: evaluation on these measures generalisation
 HOLDOUT_MODELS: tuple[str, ...] = ("densenet121",)
 HOLDOUT_BANDWIDTH_BPS: tuple[float, float] = (2e9, 5e9)
@@ -291,6 +298,8 @@ def _simulate_job(rng: np.random.Generator, profile: Any, points: Sequence[tuple
     arch = "ps" if rng.random() < 0.5 else "allreduce"
     servers = int(rng.choice([1, max(1, workers // 4), workers])) if arch == "ps" else 1
     rate = _bandwidth(rng, holdout)
+    spread = math.log(BLOCK_COST_SPREAD)
+    block_cost = BLOCK_COST_S[arch] * math.exp(rng.uniform(-spread, spread))
     schedule, steps = BandwidthSchedule.constant(rate), 1
     fine = min(p for p, _ in points if p != NATIVE_BYTES)
     if rng.random() < 0.3 and profile.total_bytes / fine <= SCHEDULE_CHUNKS:
@@ -309,7 +318,7 @@ def _simulate_job(rng: np.random.Generator, profile: Any, points: Sequence[tuple
         config = Config(scheduling=False) if partition == NATIVE_BYTES else \
             Config(partition_bytes=partition, credit_bytes=partition * multiple)
         result = simulate(profile, config, workers=workers, arch=arch, servers=servers,
-                          bandwidth=schedule, steps=steps, trace=False)
+                          bandwidth=schedule, steps=steps, overhead_s=block_cost, trace=False)
         jitter = rng.lognormal(0.0, 0.02)  # compute noise over a 10-step window
         sample["partition_bytes"].append(partition)
         sample["credit_bytes"].append(partition * multiple)

@@ -61,6 +61,20 @@ def test_holdout_draws_only_held_out_conditions() -> None:
     assert np.all(data["job_bandwidth_down_bps"] < high * 1.3)
 
 
+def test_every_block_costs_what_blocks_cost_in_its_arch(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Jobs are simulated with the per-block cost of their arch (within the spread), not the
+    simulator's default: with a block costing about a second, every step takes seconds."""
+    from common.meta import _dataset
+
+    monkeypatch.setattr(_dataset, "BLOCK_COST_S", {"allreduce": 1.0, "ps": 3.0})
+    data = generate(jobs=4, seed=11, configs_per_job=2)
+    rows = data["sample_job"]
+    floor = np.where(data["job_arch"][rows] == "ps", 3.0, 1.0) / _dataset.BLOCK_COST_SPREAD
+    assert np.all(data["iteration_s"] >= floor * 0.9)  # 0.9: the compute noise
+    assert set(data["job_arch"].tolist()) == {"ps", "allreduce"}
+
+
 def test_file_round_trip_and_selection(small: Dataset, tmp_path: Path) -> None:
     path = small.save(tmp_path / "d.npz")
     back = Dataset.load(path)

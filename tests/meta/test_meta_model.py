@@ -131,20 +131,25 @@ def test_meta_tuner_proposes_the_models_argmax(model: MetaModel, data: Dataset) 
 def test_adaptation_reduces_error_on_a_shifted_distribution(model: MetaModel,
                                                             data: Dataset) -> None:
     """The real cluster runs 1.7x slower than the simulator predicted (framework overheads):
-    fine-tuning the head on some jobs' windows fixes the error on other jobs."""
-    samples = [Sample(data.job(int(j)), int(p), int(c), float(v) / 1.7)
-               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
-                                     data["credit_bytes"], data["speed"], strict=True)]
+    fine-tuning the head on some jobs' windows removes most of the error the shift added on
+    other jobs (not the tiny network's own error, which the shift did not cause)."""
+    def samples(shift: float) -> list[Sample]:
+        return [Sample(data.job(int(j)), int(p), int(c), float(v) / shift)
+                for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                      data["credit_bytes"], data["speed"], strict=True)]
+
     jobs = data["sample_job"]
-    seen = [s for s, j in zip(samples, jobs, strict=True) if j % 2 == 0]
-    unseen = [s for s, j in zip(samples, jobs, strict=True) if j % 2 == 1]
+    seen = [s for s, j in zip(samples(1.7), jobs, strict=True) if j % 2 == 0]
+    unseen = [s for s, j in zip(samples(1.7), jobs, strict=True) if j % 2 == 1]
+    own = evaluate(model, [s for s, j in zip(samples(1.0), jobs, strict=True) if j % 2]).mape
     before = evaluate(model, unseen).mape
+    assert before > own * 1.3, (own, before)
     weights = [w.copy() for w in model.network.get_weights()]
     job = adapt(model, seen)
     adapted = job.result(timeout=300)
     assert job.done and adapted is not model
     after = evaluate(adapted, unseen).mape
-    assert after < 0.6 * before, (before, after)
+    assert after - own < 0.3 * (before - own), (own, before, after)
     # the caller's model is untouched and the encoder of the adapted one is frozen
     for w, v in zip(weights, model.network.get_weights(), strict=True):
         np.testing.assert_array_equal(w, v)
@@ -225,7 +230,7 @@ def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
 
     shipped = MetaModel.load()
     assert shipped.info["jobs"] >= 100 and "densenet121" not in shipped.vocabulary
-    holdout = Dataset.load(Path(__file__).parents[2] / "datasets" / "sim_holdout_v2.npz")
+    holdout = Dataset.load(Path(__file__).parents[2] / "datasets" / "sim_holdout_v3.npz")
     parts, credits = grid()
     speeds = shipped.predict(holdout.job(0), parts, credits)
     assert speeds.shape == (len(parts),) and np.all(np.isfinite(speeds) & (speeds > 0))

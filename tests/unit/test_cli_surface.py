@@ -101,7 +101,7 @@ def test_meta_defaults_find_the_shipped_datasets_from_any_directory(
 
     monkeypatch.chdir(tmp_path)
     assert build_parser().parse_args(["meta", "eval"]).data is None
-    for name in ("sim_holdout_v2.npz", "sim_train_v2.npz"):
+    for name in ("sim_holdout_v3.npz", "sim_train_v3.npz"):
         path = meta.shipped_dataset(name)
         assert path.is_absolute() and path.is_file()
         assert path.parent.parent == Path(common.__file__).resolve().parent.parent

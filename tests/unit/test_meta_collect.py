@@ -119,7 +119,7 @@ def test_dataset_keeps_runs_and_pairs_windows_as_deployed(tmp_path: Path) -> Non
 
 
 def test_files_written_before_job_run_still_load(tmp_path: Path) -> None:
-    with np.load("datasets/sim_holdout_v2.npz", allow_pickle=False) as f:
+    with np.load("datasets/sim_holdout_v3.npz", allow_pickle=False) as f:
         columns = {k: f[k] for k in f.files if k != "job_run"}
     np.savez_compressed(tmp_path / "old.npz", **columns)  # as files before job_run
     data = Dataset.load(tmp_path / "old.npz")
