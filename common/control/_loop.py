@@ -287,11 +287,16 @@ class TuningLoop:
     def _account(self, obs: Observation) -> None:
         """Add what ``obs`` cost against native to ``lost_s`` (negative: what it gained) when
         it ran a scheduled configuration: its time beyond what native's measured speed would
-        have taken. (A switch's cost, its warm-up beyond its steps, is added where it is
+        have taken. A gain counts only beyond ``noise_band``: native was measured at another
+        time, and on a busy machine speeds drift by that much in phases, so a drift must not
+        fund tries. (A switch's cost, its warm-up beyond its steps, is added where it is
         measured.)"""
         native = self.measured(obs.config.replace(scheduling=False))
         if obs.config.scheduling and native and obs.speed > 0:
-            self.lost_s += obs.steps * obs.step_time_s * (1.0 - obs.speed / native)
+            ratio = obs.speed / native
+            if ratio > 1.0:
+                ratio = max(1.0, ratio - self.noise_band)
+            self.lost_s += obs.steps * obs.step_time_s * (1.0 - ratio)
 
     def _unaffordable(self, windows: int | None = None) -> str:
         """Why following the model to an unmeasured configuration does not fit the exploration

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from control_helpers import observation
 
 from common.config import Config
@@ -596,6 +597,22 @@ def test_measured_gains_earn_room_for_more_tries() -> None:
     applied = _run(loop, 80, {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0})
     assert [knobs(c) for _, c in applied] == [knobs(B)]  # tried once affordable, and kept
     assert loop.lost_s < 0  # B gains on native every window
+
+
+def test_a_gain_within_the_noise_band_earns_no_room_for_tries() -> None:
+    """Windows of B against native's 100 samples/s (3% band): 102 earns nothing, 110 earns
+    the 7% beyond the band, 90 costs its whole 10%."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    for w in range(3):
+        loop.on_observation(observation(native, 100.0, w * 10))
+    assert loop.measured(native) == 100.0
+    window_s = observation(B, 100.0, 0).steps * observation(B, 100.0, 0).step_time_s
+    for speed, change in ((102.0, 0.0), (110.0, -0.07), (90.0, 0.10)):
+        before = loop.lost_s
+        loop._account(observation(B, speed, 100))
+        assert loop.lost_s - before == pytest.approx(change * window_s), speed
 
 
 def test_the_horizon_is_the_time_under_the_conditions_in_force() -> None:
