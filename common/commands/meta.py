@@ -58,7 +58,13 @@ Train a new meta-network on one or more datasets, or fine-tune one (--init), e.g
 runs; without --data it trains on the shipped {DATASETS / "sim_train_v3.npz"}.
 
     autobyte meta train --data datasets/sim_train_v3.npz --data datasets/sim_train_v3_seed1.npz \\
+        --out sim.keras --eval datasets/sim_holdout_v3.npz
+    autobyte meta train --init sim.keras --data datasets/testbed_v4.npz \\
+        --data datasets/sim_train_v3.npz --data datasets/sim_train_v3_seed1.npz --epochs 10 \\
         --out pretrained.keras --eval datasets/sim_holdout_v3.npz
+
+(the two steps that make the shipped model: datasets/SCHEMA.md), or a fine-tune of it:
+
     autobyte meta train --init common/meta/pretrained.keras --data runs/testbed.npz \\
         --holdout-runs '*-300mbit/*' --head-only --out m.keras
 """
