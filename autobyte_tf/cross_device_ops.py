@@ -112,8 +112,10 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
 
     def _warn_unscheduled(self, flat: Sequence[Any]) -> None:
         """Say once that gradients go unscheduled (a user would otherwise see no effect)."""
+        if self._warned or tf.executing_eagerly():
+            return
         count = sum(_unshaped(t) for t in flat)
-        if count and not self._warned and not tf.executing_eagerly():
+        if count:
             self._warned = True
             log.warning("AutoByte: %d of the %d tensors of an all-reduce are sparse or have no "
                         "static shape, so the call takes MultiWorkerMirroredStrategy's own "

@@ -1,0 +1,110 @@
+"""The per-block cost the simulated data charges (``BLOCK_COST_S``), fitted to real runs.
+
+    .venv/bin/python benchmarks/block_cost_fit.py
+    .venv/bin/python benchmarks/block_cost_fit.py --costs 100us,1ms,2ms,4ms --data runs/tb.npz
+
+For every sweep run of a testbed dataset, the simulator replays each configuration the run
+measured with the run's own layer times and link rate (the forward time set so that native's
+simulated step equals its measured one), at each candidate per-block cost. Each configuration's
+simulated ratio to native is compared with the measured ratio. Printed per arch and cost: the
+mean and median |log(simulated / measured)|, the same over partitions of 64 KiB and less, and
+the mean signed error per partition (positive: the simulator overrates the configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import statistics
+
+from common.commands.simulate import parse_seconds
+from common.config import Config
+from common.meta import Dataset, MetaInput
+from common.sim import Layer, Profile, simulate
+from common.tuners import NATIVE_BYTES
+
+SMALL = 64 * 1024
+
+
+def run_errors(data: Dataset, costs: list[float]) -> dict[tuple[str, float],
+                                                            list[tuple[int, float]]]:
+    """(arch, cost) -> (partition, log(simulated / measured ratio to native)) per config."""
+    runs: dict[str, list[int]] = collections.defaultdict(list)
+    for j, run in enumerate(data["job_run"].tolist()):
+        if run:
+            runs[run].append(j)
+    out: dict[tuple[str, float], list[tuple[int, float]]] = collections.defaultdict(list)
+    for jobs in runs.values():
+        speeds: dict[tuple[int, int], list[float]] = collections.defaultdict(list)
+        for j in jobs:
+            rows = data["sample_job"] == j
+            for p, c, v in zip(data["partition_bytes"][rows], data["credit_bytes"][rows],
+                               data["speed"][rows], strict=True):
+                speeds[(int(p), int(c))].append(float(v))
+        job = data.job(jobs[0])
+        for cost in costs:
+            out[(job.arch, cost)] += _errors(job, speeds, cost)
+    return out
+
+
+def _errors(job: MetaInput, speeds: dict[tuple[int, int], list[float]],
+            cost: float) -> list[tuple[int, float]]:
+    """One run's configurations at one per-block cost (none without native or a link rate)."""
+    native = [k for k in speeds if k[0] == NATIVE_BYTES]
+    rate = max(job.bandwidth_down_bps, job.bandwidth_up_bps)
+    if not native or rate <= 0:
+        return []
+
+    def step_s(profile: Profile, config: Config) -> float:
+        return simulate(profile, config, workers=job.workers, arch=job.arch,
+                        servers=job.servers, bandwidth=rate, steps=2, overhead_s=cost,
+                        trace=False).iteration_s
+
+    measured_native = statistics.fmean(speeds[native[0]])
+    bare = Profile("run", tuple(Layer(f"l{i}", int(b), 0.0, float(t)) for i, (b, t) in
+                                enumerate(zip(job.layer_bytes, job.layer_backward_s,
+                                              strict=True))), job.batch_size)
+    backward = math.fsum(job.layer_backward_s) or 1.0
+    forward = max(0.0, job.workers * job.batch_size / measured_native
+                  - step_s(bare, Config(scheduling=False)))
+    profile = Profile("run", tuple(Layer(x.name, x.nbytes, forward * x.backward_s / backward,
+                                         x.backward_s) for x in bare.layers), job.batch_size)
+    native_s = step_s(profile, Config(scheduling=False))
+    out = []
+    for (p, c), v in speeds.items():
+        if p != NATIVE_BYTES:
+            ratio = statistics.fmean(v) / measured_native
+            config_s = step_s(profile, Config(partition_bytes=p, credit_bytes=c))
+            out.append((p, math.log(native_s / config_s / ratio)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..",
+                                                       "datasets", "testbed_v4.npz"))
+    parser.add_argument("--costs", default="100us,1ms,2ms,4ms",
+                        help="per-block costs to try, comma-separated")
+    args = parser.parse_args()
+    costs = [parse_seconds(c, "--costs") for c in args.costs.split(",")]
+    errors = run_errors(Dataset.load(args.data), costs)
+    print(f"{'arch':<10} {'cost':>8} {'configs':>7} {'mean |err|':>10} {'median':>7} "
+          f"{'<=64KiB':>8}  signed error by partition")
+    for (arch, cost), rows in sorted(errors.items()):
+        absolute = [abs(e) for _, e in rows]
+        small = [abs(e) for p, e in rows if p <= SMALL]
+        by_part: dict[int, list[float]] = collections.defaultdict(list)
+        for p, e in rows:
+            by_part[p].append(e)
+        signed = " ".join(f"{p >> 10}K:{statistics.fmean(v):+.2f}"
+                          for p, v in sorted(by_part.items()))
+        print(f"{arch:<10} {cost * 1e6:>6.0f}us {len(rows):>7} {statistics.fmean(absolute):>10.3f} "
+              f"{statistics.median(absolute):>7.3f} "
+              f"{statistics.fmean(small) if small else math.nan:>8.3f}  {signed}")
+
+
+if __name__ == "__main__":
+    main()
