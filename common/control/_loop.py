@@ -49,7 +49,10 @@ it is judged as a climb is.
 On a scheduled configuration measured faster than native, the guard climbs within the same budget:
 it measures the neighbour the model ranks first for one window and keeps it only if it measures
 faster than where it began (``_climb``), so a model that found the right region but cannot rank
-within it still gets the job to a local best. The decision log says when the guard acted.
+within it still gets the job to a local best. A scheduled configuration kept for a gain below
+``RECHECK_GAIN`` has native measured again beside it after ``RECHECK_S`` of training, then twice
+as long after each check it passes (``_recheck_due``): a phase of the machine can fake such a
+gain. The decision log says when the guard acted.
 
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
@@ -93,6 +96,9 @@ MAX_MISSES = 2  # scheduled configurations found slower than native before the m
 #                 followed to unmeasured ones (until conditions change)
 DRIFT = 0.15  # a window this far off its configuration's measurement: the conditions moved
 LATE_WINDOWS = 2  # windows a decision may come into force after its step before it is dropped
+RECHECK_GAIN = 0.15  # a gain on native below this may be a phase of the machine: checked again
+RECHECK_S = 10.0  # after this much training time on the scheduled configuration
+RECHECK_WINDOWS = 10  # (at least this many windows), doubling each time native is still slower
 MISS_SLOWDOWN = 0.25  # what a try is assumed to lose until the guard leaves it: of 52 tries
 #                      from native in the native sweep's jobs, 33 measured slower, by 23% on
 #                      average (at most 53%)
@@ -167,6 +173,9 @@ class TuningLoop:
         self._misses = 0  # scheduled configurations the guard left for native, this conditions
         self._tried_ratio: float | None = None  # the model's pick over native, as it ranked it
         self._overrated = 1.0  # measured over ranked ratio of this conditions' worst miss
+        self._native_s: float | None = None  # trained_s at native's last window
+        self._recheck_every: float | None = None  # None: not grown since conditions changed
+        self._recheck_fresh = False  # native's next window starts its measurement afresh
 
     def on_observation(self, obs: Observation, *, latest: bool = True,
                        why: str | None = None) -> Decision | None:
@@ -216,6 +225,7 @@ class TuningLoop:
                 self.log.write("event", {"event": "not_applied", "decision_id": self.pending.id,
                                          "step": self.pending.step})
                 self._explored_from = None  # a try that never ran is not judged
+                self._recheck_fresh = False
             self.pending = None
         if knobs(obs.config) != knobs(self.current):
             log.warning("workers report %s but the coordinator expected %s; following them",
@@ -344,6 +354,8 @@ class TuningLoop:
         self._climbed.clear()
         self._misses = 0
         self._overrated = 1.0
+        self._recheck_every = None
+        self._recheck_fresh = False
         self.trigger.reset()
         self._call("reset")
         self.log.write("event", {"event": "conditions_changed", "config": obs.config,
@@ -365,12 +377,17 @@ class TuningLoop:
         if not self.current.scheduling:
             self._slow_windows = 0
             self._explored_from = None
-            if left is not None and native is not None and \
-                    (back := self.measured(left)) is not None and \
-                    back > native * (1 + self.noise_band):
-                return Verdict("switch", left, f"guard: native measured {native:.1f} samples/s, "
-                               f"below the {back:.1f} of {left.describe()}: back to it",
-                               verdict.gain, verdict.error, verdict.adapt)
+            back = self.measured(left) if left is not None else None
+            if left is not None and native is not None and back is not None:
+                if back > native * (1 + self.noise_band):
+                    self._recheck_every = 2 * self._recheck_interval()
+                    return Verdict("switch", left, f"guard: native measured {native:.1f} "
+                                   f"samples/s, below the {back:.1f} of {left.describe()}: back "
+                                   "to it", verdict.gain, verdict.error, verdict.adapt)
+                self.log.write("event", {"event": "guard", "reason": f"guard: native measured "
+                                         f"{native:.1f} samples/s, {left.describe()} "
+                                         f"{back:.1f}: not faster beyond the noise band, so "
+                                         "native stays"})
             probe = self._probe(candidates, predicted_current) if native is not None else None
             ratio = 0.0 if probe is None else \
                 (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
@@ -421,6 +438,13 @@ class TuningLoop:
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
+        elif left is None and native is not None and (since := self._recheck_due()):
+            self._explored_from = self.current
+            self._recheck_fresh = True  # judged on the windows to come
+            return Verdict("explore", self.native, f"guard: native last measured {since:.0f} s "
+                           f"of training ago; measure it again for one window, beside "
+                           f"{self.current.describe()}'s latest", verdict.gain, verdict.error,
+                           verdict.adapt)
         barred = None
         if verdict.action != "stay":
             why = self._barred(verdict.config, native) if verdict.config.scheduling else ""
@@ -466,6 +490,26 @@ class TuningLoop:
                            f"{self.explore_share:.0%} exploration budget)", verdict.gain,
                            verdict.error, verdict.adapt)
         return barred
+
+    def _recheck_interval(self) -> float:
+        return self._recheck_every or max(RECHECK_S, RECHECK_WINDOWS * self._window_s)
+
+    def _recheck_due(self) -> float:
+        """Training time since native's last window when it is due to be measured again (0 if
+        not): on a scheduled configuration measured less than ``RECHECK_GAIN`` faster than
+        native, once ``_recheck_interval`` has passed and the two switches to configurations
+        run before fit ``guard_budget`` of it. Speeds on a busy machine drift by up to a tenth
+        in phases lasting seconds, so such a gain, measured against native's windows of
+        another phase, may not be there; measured next to each other, the two compare, and each
+        check that keeps the configuration doubles the wait for the next."""
+        here, native = self.measured(self.current), self.measured(self.native)
+        if not self.current.scheduling or self._native_s is None or here is None or \
+                native is None or here >= native * (1 + RECHECK_GAIN):
+            return 0.0
+        since = self.trained_s - self._native_s
+        back = statistics.fmean(self._back_costs) if self._back_costs else self.switch_cost_s
+        interval = self._recheck_interval()
+        return since if since >= interval and 2 * back <= self.guard_budget * interval else 0.0
 
     def _best_measured(self, native: float) -> tuple[Config, float]:
         """Where a job leaving a slow configuration goes: the fastest one measured under the
@@ -647,9 +691,14 @@ class TuningLoop:
         native)."""
         key = knobs(obs.config)
         self._configs[key] = obs.config
+        if not obs.config.scheduling:
+            self._native_s = self.trained_s
         if obs.window == self._first_window:
             return
-        if key not in self._history:
+        fresh = self._recheck_fresh and not obs.config.scheduling
+        if fresh:
+            self._recheck_fresh = False
+        if key not in self._history or fresh:
             self._history[key] = collections.deque(maxlen=self._history_len)
         self._history[key].append(obs.speed)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -744,3 +745,53 @@ def _run_configs(loop: TuningLoop, windows: int, measured: dict[tuple[int, int, 
                                                   w * 10)) or pending
         assert loop.lost_s <= 0.02 * loop.trained_s + 1.0
     return loop, ran
+
+
+def _phased(speed: Any, windows: int, tmp_path: Path) -> tuple[list[tuple[int, Config]],
+                                                              list[str]]:
+    """A job from native under FAR_OFF (which ranks B 25% above native, so B is probed),
+    whose speeds ``speed(config, window)`` gives; (window, config) of each switch and the
+    guard's reasons."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger(), explore_share=None,
+                      decision_log=DecisionLog(tmp_path / "d.jsonl"))
+    current, pending, switches = native, None, []
+    for w in range(windows):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            switches.append((w, current))
+        pending = loop.on_observation(observation(current, speed(current, w), w * 10)) \
+            or pending
+    reasons = [r["reason"] for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"]
+    return switches, reasons
+
+
+def test_a_gain_measured_against_a_slow_phase_of_native_is_checked_and_dropped(
+        tmp_path: Path) -> None:
+    """Native ran 100 and B runs 100, but the machine's slow phase (90) came right before the
+    probe: B is kept at 1.11x, and native measured again beside it sends the job back."""
+    def speed(config: Config, w: int) -> float:
+        return 90.0 if not config.scheduling and w < 4 else 100.0
+
+    switches, reasons = _phased(speed, 60, tmp_path)
+    assert [knobs(c) for _, c in switches] == [knobs(B), NATIVE], switches
+    assert 10 <= switches[1][0] - switches[0][0] <= 14  # after 10 s of training on B
+    assert any("measure it again for one window" in r for r in reasons), reasons
+    assert any("not faster beyond the noise band, so native stays" in r for r in reasons)
+
+
+def test_a_small_real_gain_survives_its_checks_which_grow_apart(tmp_path: Path) -> None:
+    switches, reasons = _phased(lambda c, w: 110.0 if c.scheduling else 100.0, 120, tmp_path)
+    configs = [knobs(c) for _, c in switches]
+    assert configs[0] == knobs(B) and configs[-1] == knobs(B), switches
+    checks = [w for w, c in switches if not c.scheduling]
+    assert len(checks) >= 2, switches
+    gaps = [b - a for a, b in itertools.pairwise(checks)]
+    assert all(b > 1.5 * a for a, b in itertools.pairwise([checks[0] - switches[0][0], *gaps]))
+    assert sum("below the 110.0 of" in r for r in reasons) == len(checks), reasons
+
+
+def test_a_large_gain_is_not_checked_again(tmp_path: Path) -> None:
+    switches, _ = _phased(lambda c, w: 150.0 if c.scheduling else 100.0, 120, tmp_path)
+    assert [knobs(c) for _, c in switches] == [knobs(B)], switches

@@ -112,4 +112,6 @@ def test_online_bo_on_the_simulator_gets_near_the_grid_optimum() -> None:
     loop = TuningLoop(config=START, tuner=create("bayesian", space=space, base=START),
                       trigger=ThresholdTrigger())
     history = run_job(loop, sim, 45)
-    assert min(s for _, _, s in history[-5:]) >= 0.95 * best * 0.98
+    # the guard measures native again beside a pick less than 15% faster: not BO's windows
+    scheduled = [s for _, c, s in history if c.scheduling]
+    assert history[-1][1].scheduling and min(scheduled[-5:]) >= 0.95 * best * 0.98
