@@ -47,6 +47,7 @@ __all__ = [
     "JobTracker",
     "MetaInput",
     "Sample",
+    "anchor",
     "encode_candidates",
     "encode_job",
     "reference_s",
@@ -231,6 +232,18 @@ def speed_from_target(target: npt.ArrayLike, samples_per_step: npt.ArrayLike,
     iteration = np.asarray(ref_s, np.float64) * np.exp(np.asarray(target, np.float64))
     speed: npt.NDArray[np.float64] = np.asarray(samples_per_step, np.float64) / iteration
     return speed
+
+
+def anchor(predicted: npt.ArrayLike, predicted_native: float,
+           measured_native: float) -> npt.NDArray[np.float64]:
+    """Predicted speeds scaled so native's prediction equals its measurement: every job
+    measures native first, and on an architecture the network never saw, much of its error is
+    one factor shared by all the job's configurations (compute outside the timed layers, CPU
+    contention). The ranking is unchanged."""
+    scale = measured_native / predicted_native if predicted_native > 0 and \
+        measured_native > 0 else 1.0
+    out: npt.NDArray[np.float64] = np.asarray(predicted, np.float64) * scale
+    return out
 
 
 def model_slot(model: str, vocabulary: Sequence[str] = KNOWN_MODELS) -> int:

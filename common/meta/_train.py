@@ -30,6 +30,7 @@ from common.meta._features import (
     KNOWN_MODELS,
     MetaInput,
     Sample,
+    anchor,
     encode_candidates,
     encode_job,
     speed_from_target,
@@ -37,6 +38,7 @@ from common.meta._features import (
 )
 from common.meta._model import Head, MetaModel, build_network, keras_module
 from common.output import filtered_stderr
+from common.tuners._space import NATIVE_BYTES
 
 __all__ = ["Adaptation", "EvalReport", "HeldOut", "Sample", "adapt", "adapt_head", "arrays",
            "evaluate", "evaluate_online", "fine_tune", "leave_models_out", "train"]
@@ -54,6 +56,7 @@ class Arrays:
     samples_per_step: npt.NDArray[np.float64]
     ref_s: npt.NDArray[np.float64]
     job: npt.NDArray[np.int64]
+    partition_bytes: npt.NDArray[np.int64]
 
     def inputs(self) -> list[npt.NDArray[np.float32]]:
         return [self.sequence, self.static, self.candidate]
@@ -78,7 +81,7 @@ def arrays(samples: Sequence[Sample] | Dataset,
             groups.append((jobs[key], np.array([s.partition_bytes for s in items]),
                            np.array([s.credit_bytes for s in items]),
                            np.array([s.speed for s in items])))
-    seq, static, cand, target, sps, ref, job_ids = [], [], [], [], [], [], []
+    seq, static, cand, target, sps, ref, job_ids, partitions = [], [], [], [], [], [], [], []
     for j, (job, parts, credits, speeds) in enumerate(groups):
         if not len(parts):
             continue
@@ -91,11 +94,12 @@ def arrays(samples: Sequence[Sample] | Dataset,
         sps.append(np.full(count, float(enc.samples_per_step)))
         ref.append(np.full(count, enc.ref_s))
         job_ids.append(np.full(count, j))
+        partitions.append(np.asarray(parts, np.int64))
     if not seq:
         raise ConfigError("no samples to encode")
     return Arrays(np.concatenate(seq), np.concatenate(static), np.concatenate(cand),
                   np.concatenate(target), np.concatenate(sps), np.concatenate(ref),
-                  np.concatenate(job_ids))
+                  np.concatenate(job_ids), np.concatenate(partitions))
 
 
 def train(dataset: Dataset, *, epochs: int = 60, batch_size: int = 128, seed: int = 0,
@@ -208,7 +212,10 @@ def _Progress(keras: Any, epochs: int, report: Report | None) -> Any:
 @dataclasses.dataclass(frozen=True)
 class EvalReport:
     """``mape``: mean |predicted - observed| / observed speed over all rows; ``fraction``:
-    per job with >= 2 configurations, true speed of the top-ranked one over the best's."""
+    per job with >= 2 configurations, true speed of the top-ranked one over the best's;
+    ``native_mape``: the MAPE of the other rows of jobs that measured native, once their
+    predictions are scaled so native's equals its measurement, as the tuner scores
+    (``anchor``; NaN without such jobs)."""
 
     rows: int
     jobs: int
@@ -216,11 +223,15 @@ class EvalReport:
     fraction_of_best: float
     worst_fraction: float
     per_job_fraction: tuple[float, ...]
+    native_mape: float = math.nan
+    native_rows: int = 0
 
     def describe(self) -> str:
-        return (f"{self.rows} rows, {self.jobs} jobs: MAPE {100 * self.mape:.1f}%, picked "
-                f"configuration at {100 * self.fraction_of_best:.1f}% of the best on average "
-                f"(worst job {100 * self.worst_fraction:.1f}%)")
+        anchored = "" if not self.native_rows else \
+            f", {100 * self.native_mape:.1f}% once native is measured"
+        return (f"{self.rows} rows, {self.jobs} jobs: MAPE {100 * self.mape:.1f}%{anchored}, "
+                f"picked configuration at {100 * self.fraction_of_best:.1f}% of the best on "
+                f"average (worst job {100 * self.worst_fraction:.1f}%)")
 
 
 def predict_speeds(model: MetaModel, data: Arrays) -> npt.NDArray[np.float64]:
@@ -234,16 +245,24 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
     predicted = predict_speeds(model, data)
     observed = speed_from_target(data.target, data.samples_per_step, data.ref_s)
     mape = float(np.mean(np.abs(predicted - observed) / observed))
-    fractions = []
+    fractions, anchored = [], []
     for j in np.unique(data.job):
         rows = np.flatnonzero(data.job == j)
         if len(rows) >= 2:
             pick = rows[int(np.argmax(predicted[rows]))]
             fractions.append(float(observed[pick] / observed[rows].max()))
+        native = rows[data.partition_bytes[rows] == NATIVE_BYTES]
+        if len(native) and len(rows) > len(native):
+            others = rows[data.partition_bytes[rows] != NATIVE_BYTES]
+            scaled = anchor(predicted[others], float(predicted[native[0]]),
+                            float(observed[native[0]]))
+            anchored.extend(np.abs(scaled - observed[others]) / observed[others])
     return EvalReport(rows=len(observed), jobs=len(np.unique(data.job)), mape=mape,
                       fraction_of_best=float(np.mean(fractions)) if fractions else math.nan,
                       worst_fraction=min(fractions, default=math.nan),
-                      per_job_fraction=tuple(fractions))
+                      per_job_fraction=tuple(fractions),
+                      native_mape=float(np.mean(anchored)) if anchored else math.nan,
+                      native_rows=len(anchored))
 
 
 def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = "ridge",

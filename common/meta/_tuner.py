@@ -6,12 +6,17 @@ answers for the trigger, ``adapt(observations)`` fine-tunes the head in the back
 the trigger sees predictions drift (the old model keeps answering until the new one is ready).
 Until it has a window with per-layer statistics (an adapter that does not time layers never
 sends one) it proposes with Bayesian optimisation over the same observations, saying so once.
+Once native is measured, its speeds are anchored to that measurement (``anchor``: the mean of
+native's recent windows under the conditions in force), so the trigger and the guard read the
+network's ratios between configurations, not its absolute miss on a model it never saw.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import statistics
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,12 +27,14 @@ import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
-from common.meta._features import JobTracker, MetaInput
+from common.meta._features import JobTracker, MetaInput, anchor
 from common.tuners import BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
 
 log = logging.getLogger(__name__)
+
+NATIVE_WINDOWS = 8  # native's recent windows whose mean anchors the predictions
 
 
 class Predictor(Protocol):
@@ -55,7 +62,12 @@ class MetaTuner(Tuner):
         self._points = self.space.configs(self.base)  # what ``scores`` answers for, in order
         self._encoded = np.array([self.space.encode(c) for c in self._points], dtype=np.int64)
         self._position = {tuple(e): i for i, e in enumerate(self._encoded.tolist())}
-        self._scored: npt.NDArray[np.float64] | None = None  # scores() for this job and model
+        # native's point, when the space has it (no anchor without)
+        self._native_at = self._position.get(tuple(self.space.encode(self.base.replace(
+            scheduling=False))))
+        self._native: collections.deque[float] = collections.deque(maxlen=NATIVE_WINDOWS)
+        self._raw: npt.NDArray[np.float64] | None = None  # the network's, this job and model
+        self._scored: npt.NDArray[np.float64] | None = None  # scores(): those anchored
         self._proposal: Config | None = None
         self._adaptation: Any = None
         self._lock = threading.Lock()
@@ -73,11 +85,17 @@ class MetaTuner(Tuner):
     def observe(self, config: Config, speed: float) -> None:
         super().observe(config, speed)
         self._fallback.observe(config, speed)
+        if not config.scheduling and speed > 0 and self._native_at is not None:
+            self._native.append(float(speed))
+            self._scored = None
 
     def reset(self) -> None:
+        """The conditions changed: what native measured describes another job."""
         super().reset()
         self._fallback.reset()
         self._tracker.reset()
+        self._native.clear()
+        self._raw = self._scored = self._proposal = None
 
     def observe_window(self, observation: Any) -> None:
         """Table II statistics of the latest merged window: with the recent ones
@@ -89,17 +107,22 @@ class MetaTuner(Tuner):
             log.debug("meta tuner: window %s not usable (%s); keeping the last one",
                         getattr(observation, "window", "?"), exc)
             return
-        self._proposal = self._scored = None
+        self._proposal = self._raw = self._scored = None
 
     def scores(self) -> npt.NDArray[np.float64]:
-        """Predicted samples/s of every point of the space, in ``space.configs()`` order;
-        one inference per window (and adapted model), which ``predict`` answers from."""
+        """Predicted samples/s of every point of the space, in ``space.configs()`` order,
+        anchored once native is measured; one inference per window (and adapted model),
+        which ``predict`` answers from."""
         if self.job is None:
             raise ConfigError("the meta tuner has seen no window yet")
         self._collect_adaptation()
+        if self._raw is None:
+            self._raw = np.asarray(self.predictor.predict(self.job, self._encoded[:, 0],
+                                                          self._encoded[:, 1]), np.float64)
         if self._scored is None:
-            self._scored = self.predictor.predict(self.job, self._encoded[:, 0],
-                                                  self._encoded[:, 1])
+            at = self._native_at
+            self._scored = self._raw if not self._native or at is None else anchor(
+                self._raw, float(self._raw[at]), statistics.fmean(self._native))
         return self._scored
 
     def candidates(self) -> list[Config]:
@@ -126,9 +149,12 @@ class MetaTuner(Tuner):
         if None not in positions:
             scores = self.scores()
             return [float(scores[i]) for i in positions if i is not None]
-        self._collect_adaptation()
-        return [float(v) for v in self.predictor.predict(self.job, encoded[:, 0],
-                                                         encoded[:, 1])]
+        scores, at = self.scores(), self._native_at
+        predicted = self.predictor.predict(self.job, encoded[:, 0], encoded[:, 1])
+        if at is None or self._raw is None:
+            return [float(v) for v in predicted]
+        scaled = anchor(predicted, float(self._raw[at]), float(scores[at]))
+        return [float(v) for v in scaled]
 
     def adapt(self, observations: Sequence[Any]) -> None:
         """Fine-tune the head on recent windows in the background (no-op for a predictor
@@ -170,7 +196,7 @@ class MetaTuner(Tuner):
             except Exception as exc:
                 log.warning("meta tuner: adaptation failed (%s); keeping the model", exc)
                 return
-            self._proposal = self._scored = None
+            self._proposal = self._raw = self._scored = None
             self.adaptations += 1
             log.debug("meta tuner: adapted model in use")
 

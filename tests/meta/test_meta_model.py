@@ -128,6 +128,28 @@ def test_meta_tuner_proposes_the_models_argmax(model: MetaModel, data: Dataset) 
     assert (config.partition_bytes, config.credit_bytes) == (parts[best], credits[best])
 
 
+def test_evaluation_anchored_to_native_removes_a_factor_shared_by_a_jobs_configurations(
+        model: MetaModel, data: Dataset) -> None:
+    """Jobs that run 1.6x and 0.6x what the network predicts, each configuration alike: the
+    MAPE is large, and once native's prediction is scaled to its measurement (as the tuner
+    scores) the other rows are exact."""
+    rows = []
+    for j in range(4):
+        job = data.job(j)
+        parts = np.array([NATIVE_BYTES, 1 << 16, 1 << 20, 1 << 22])
+        credits = np.array([NATIVE_BYTES, 1 << 18, 1 << 22, 1 << 24])
+        predicted = model.predict(job, parts, credits)
+        factor = 1.6 if j % 2 else 0.6
+        rows += [Sample(job, int(p), int(c), float(v) * factor)
+                 for p, c, v in zip(parts, credits, predicted, strict=True)]
+    report = evaluate(model, rows)
+    assert report.mape > 0.35 and report.native_rows == 12
+    assert report.native_mape < 1e-4, report.describe()
+    assert "once native is measured" in report.describe()
+    no_native = evaluate(model, [r for r in rows if r.partition_bytes != NATIVE_BYTES])
+    assert no_native.native_rows == 0 and "once native" not in no_native.describe()
+
+
 def test_adaptation_reduces_error_on_a_shifted_distribution(model: MetaModel,
                                                             data: Dataset) -> None:
     """The real cluster runs 1.7x slower than the simulator predicted (framework overheads):

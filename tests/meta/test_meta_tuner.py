@@ -69,6 +69,29 @@ def test_offers_every_point_it_scores_once_a_window_carries_statistics() -> None
     assert len(native_first.calls) == calls + 1
 
 
+def test_once_native_is_measured_its_prediction_is_its_measurement() -> None:
+    """A network that misses a model it never saw by a factor shared by all configurations:
+    anchored to native's measured windows, its other speeds keep their ratios to native's,
+    the ranking stays, and new conditions (``reset``) drop the anchor."""
+    far_off = FixedPredictor(lambda p, c: 2.0 * (300.0 if p > (64 << 20) else speed(p, c)))
+    tuner = MetaTuner(predictor=far_off)
+    native, best = Config(scheduling=False), Config(partition_bytes=2 << 20, credit_bytes=8 << 20)
+    outside = Config(partition_bytes=3 << 20, credit_bytes=12 << 20)  # not a point of the space
+    tuner.observe_window(observation())
+    assert tuner.predict([native, best]) == [600.0, 200.0]
+    proposal = tuner.propose()
+    for speed_seen in (140.0, 160.0):
+        tuner.observe(native, speed_seen)
+    tuner.observe(best, 999.0)  # a scheduled window does not move the anchor
+    assert tuner.predict([native, best]) == [pytest.approx(150.0), pytest.approx(50.0)]
+    off = tuner.predict([outside])
+    assert off is not None and off[0] == pytest.approx(2.0 * speed(3 << 20, 12 << 20) / 4.0)
+    assert tuner.propose() == proposal
+    tuner.reset()
+    tuner.observe_window(observation())
+    assert tuner.predict([native]) == [600.0]
+
+
 def test_the_job_scored_is_the_recent_windows_best_link() -> None:
     tuner = MetaTuner(predictor=FixedPredictor(speed))
     tuner.observe_window(observation())
