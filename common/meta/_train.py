@@ -214,8 +214,8 @@ class EvalReport:
     """``mape``: mean |predicted - observed| / observed speed over all rows; ``fraction``:
     per job with >= 2 configurations, true speed of the top-ranked one over the best's;
     ``native_mape``: the MAPE of the other rows of jobs that measured native, once their
-    predictions are scaled so native's equals its measurement, as the tuner scores
-    (``anchor``; NaN without such jobs)."""
+    predictions are anchored to native's measured speed, as the tuner scores (``anchor``; NaN
+    without such jobs)."""
 
     rows: int
     jobs: int

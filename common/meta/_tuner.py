@@ -6,9 +6,9 @@ answers for the trigger, ``adapt(observations)`` fine-tunes the head in the back
 the trigger sees predictions drift (the old model keeps answering until the new one is ready).
 Until it has a window with per-layer statistics (an adapter that does not time layers never
 sends one) it proposes with Bayesian optimisation over the same observations, saying so once.
-Once native is measured, its speeds are anchored to that measurement (``anchor``: the mean of
-native's recent windows under the conditions in force), so the trigger and the guard read the
-network's ratios between configurations, not its absolute miss on a model it never saw.
+Once native is measured, its speeds are anchored to that measurement (``anchor``: moved halfway,
+in log terms, to the mean of native's recent windows under the conditions in force), which
+removes much of the network's absolute miss on a model it never saw.
 """
 
 from __future__ import annotations
@@ -151,10 +151,9 @@ class MetaTuner(Tuner):
             return [float(scores[i]) for i in positions if i is not None]
         scores, at = self.scores(), self._native_at
         predicted = self.predictor.predict(self.job, encoded[:, 0], encoded[:, 1])
-        if at is None or self._raw is None:
-            return [float(v) for v in predicted]
-        scaled = anchor(predicted, float(self._raw[at]), float(scores[at]))
-        return [float(v) for v in scaled]
+        factor = 1.0 if at is None or self._raw is None or self._raw[at] <= 0 else \
+            float(scores[at] / self._raw[at])  # the anchor's, as in ``scores``
+        return [float(v) * factor for v in predicted]
 
     def adapt(self, observations: Sequence[Any]) -> None:
         """Fine-tune the head on recent windows in the background (no-op for a predictor
