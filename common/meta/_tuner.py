@@ -7,8 +7,9 @@ the trigger sees predictions drift (the old model keeps answering until the new 
 Until it has a window with per-layer statistics (an adapter that does not time layers never
 sends one) it proposes with Bayesian optimisation over the same observations, saying so once.
 Once native is measured, its speeds are anchored to that measurement (``anchor``: moved halfway,
-in log terms, to the mean of native's recent windows under the conditions in force), which
-removes much of the network's absolute miss on a model it never saw.
+in log terms, to the median of native's recent windows under the conditions in force: a
+window swings by a tenth here, and the job's first carries its warm-up), which removes much of
+the network's absolute miss on a model it never saw.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
 
 log = logging.getLogger(__name__)
 
-NATIVE_WINDOWS = 8  # native's recent windows whose mean anchors the predictions
+NATIVE_WINDOWS = 8  # native's recent windows whose median anchors the predictions
 
 
 class Predictor(Protocol):
@@ -122,7 +123,7 @@ class MetaTuner(Tuner):
         if self._scored is None:
             at = self._native_at
             self._scored = self._raw if not self._native or at is None else anchor(
-                self._raw, float(self._raw[at]), statistics.fmean(self._native))
+                self._raw, float(self._raw[at]), statistics.median(self._native))
         return self._scored
 
     def candidates(self) -> list[Config]:

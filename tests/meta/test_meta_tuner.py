@@ -80,7 +80,7 @@ def test_once_native_is_measured_the_predictions_move_toward_it() -> None:
     tuner.observe_window(observation())
     assert tuner.predict([native, best]) == [600.0, 200.0]
     proposal = tuner.propose()
-    for speed_seen in (140.0, 160.0):
+    for speed_seen in (140.0, 20.0, 150.0, 160.0, 155.0):  # a warm-up window does not count
         tuner.observe(native, speed_seen)
     tuner.observe(best, 999.0)  # a scheduled window does not move the anchor
     # measured 150 where 600 was predicted: a quarter, so every speed halves (0.25 ** 0.5)
