@@ -14,10 +14,24 @@ from typing import Any
 
 from common.errors import ConfigError
 
-__all__ = ["OverlapWarning", "check_environment", "install_hybridize_check"]
+__all__ = ["OverlapWarning", "big_array_bound", "check_environment", "install_hybridize_check"]
 
 _PS_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
             "DMLC_NUM_WORKER")
+
+
+def big_array_bound() -> int:
+    """Elements from which the native store spreads a key over all servers (MXNet's own
+    MXNET_KVSTORE_BIGARRAY_BOUND, read as the native store reads it)."""
+    raw = os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", "1000000")
+    try:
+        bound = int(raw)
+    except ValueError:
+        bound = 0
+    if bound < 2:
+        raise ConfigError(f"MXNET_KVSTORE_BIGARRAY_BOUND must be an integer of at least 2, "
+                          f"got {raw!r}")
+    return bound
 
 
 class OverlapWarning(RuntimeWarning):

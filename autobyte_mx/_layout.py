@@ -10,10 +10,18 @@ given to ``init`` by reference and writes into them later, so user arrays never 
 Key numbers are handed out in the order groups are created, which is the same program point
 on every worker (a tensor's init, a step boundary, a key's first push in a layout), so the
 workers' keys agree without any exchange. Key 0 is the control key.
+
+With the optimizer on several servers (``Groups.pin``), each tensor's elements are pinned to
+servers when it is first laid out (``pins_for``: a tensor the native store would keep whole
+goes to the server holding the fewest elements so far, a larger one is spread evenly as the
+native store spreads it), every layout cuts blocks within one server's elements, no block
+reaches the size the native store would spread, and each block gets a key the native store
+sends to its server, so an element's optimizer state never has to move.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +29,10 @@ from typing import Any
 import numpy
 
 from common.config import Config
-from common.plan import Block, Layout, Segment, TensorSpec, make_layout
+from common.plan import Block, Layout, Pin, Segment, TensorSpec, make_layout
 
 __all__ = ["CONTROL_KEY", "WHOLE", "Buffer", "Group", "Groups", "Slot", "Tensor", "block_name",
-           "layout_id"]
+           "layout_id", "pins_for", "server_of"]
 
 CONTROL_KEY = 0
 WHOLE = 0  # layout id of "each tensor whole, one key each" (scheduling off)
@@ -51,6 +59,9 @@ class Tensor:
     checked: tuple[Any, ...] = ()  # the last gradient arrays checked (shape, storage)
     devices: Any = None  # with several devices per worker, their gradients' DeviceSum
     weight: Any = None
+    pins: tuple[Pin, ...] = ()  # its elements' servers, with the optimizer on several servers
+    pushed: Group | None = None  # the group of its last push (the optimizer on the servers)
+    updates: int = 0  # its pushes so far: the servers' update count (the optimizer there)
     views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
 
     @property
@@ -87,6 +98,24 @@ class Slot:
     view: Any
 
 
+def server_of(key: int, servers: int) -> int:
+    """The server the native store sends a key of fewer elements than its bound to."""
+    return (key * 9973) % servers
+
+
+def pins_for(size: int, servers: int, max_items: int, load: list[int]) -> tuple[Pin, ...]:
+    """A new tensor's ranges by server (see the module docstring); ``load`` (elements per
+    server so far) is updated."""
+    if size <= max_items:
+        server = load.index(min(load))
+        load[server] += size
+        return ((0, size, server),)
+    cuts = [math.floor(size / servers * i + 0.5) for i in range(servers + 1)]  # as ps-lite rounds
+    for server in range(servers):
+        load[server] += cuts[server + 1] - cuts[server]
+    return tuple((cuts[s], cuts[s + 1], s) for s in range(servers) if cuts[s + 1] > cuts[s])
+
+
 def layout_id(config: Config) -> int:
     """The id of the layout ``config`` asks for: its partition size, or WHOLE when off."""
     return config.partition_bytes if config.scheduling else WHOLE
@@ -102,24 +131,28 @@ def block_name(names: Sequence[str], block: Block) -> str:
 class Group:
     """``tensors`` (forward order) under layout ``layout_id``; see the module docstring.
 
-    ``zeros(size, dtype)`` makes a buffer; ``first_key`` is the first native key to use (the
-    group takes ``len(buffers)`` consecutive keys).
+    ``zeros(size, dtype)`` makes a buffer; ``new_key(server)`` hands out a native key for a
+    block on ``server``; ``max_items`` bounds a block where tensors are pinned.
     """
 
-    def __init__(self, *, gid: int, tensors: Sequence[Tensor], config: Config, first_key: int,
-                 zeros: Callable[[int, Any], Any]) -> None:
+    def __init__(self, *, gid: int, tensors: Sequence[Tensor], config: Config,
+                 new_key: Callable[[int], int], zeros: Callable[[int, Any], Any],
+                 max_items: int | None = None) -> None:
         self.gid = gid
         self.layout_id = layout_id(config)
         self.epoch = 0  # the layout epoch whose weights its server keys hold (optimizer there)
         self.tensors = tuple(tensors)
-        self.layout: Layout = make_layout([t.spec() for t in self.tensors], config, arch="ps")
+        pinned = max_items is not None
+        self.layout: Layout = make_layout([t.spec() for t in self.tensors], config, arch="ps",
+                                          pins=[t.pins for t in self.tensors] if pinned else None,
+                                          max_items=max_items)
         self.index = {t.key: i for i, t in enumerate(self.tensors)}
         names = [t.name for t in self.tensors]
         self.buffers: list[Buffer] = []
-        for offset, block in enumerate(self.layout.blocks):
+        for block in self.layout.blocks:
             dtype = self.tensors[block.segments[0].tensor].dtype
             size = sum(s.size for s in block.segments)
-            self.buffers.append(Buffer(first_key + offset, block, zeros(size, dtype),
+            self.buffers.append(Buffer(new_key(block.server), block, zeros(size, dtype),
                                        block_name(names, block)))
         self.slots: list[list[Slot]] = [[] for _ in self.tensors]
         self.members: list[tuple[int, ...]] = []
@@ -131,6 +164,8 @@ class Group:
                 self.slots[seg.tensor].append(Slot(block.index, seg, view))
                 at += seg.size
             self.members.append(block.tensors)
+        for slots in self.slots:  # in element order (pinned blocks interleave servers)
+            slots.sort(key=lambda slot: slot.segment.start)
         self.blocks_of: list[tuple[int, ...]] = [tuple(s.block for s in slots)
                                                  for slots in self.slots]
 
@@ -179,16 +214,15 @@ class Group:
         for view, slot in zip(self._views(member, value, 0), self.slots[member], strict=True):
             view.copyto(slot.view)
 
-    def flat(self, member: int, target: Any) -> Any:
-        """``target`` as one flat view (cached) for a member kept whole in one block: what
-        the native store's own copy back needs (its shapes must match)."""
-        (view,) = self._views(member, target, 1)
-        return view
+    def views_out(self, member: int, target: Any) -> list[Any]:
+        """``target`` as flat views (cached), one per slot of a member alone in its blocks:
+        what the native store's own copy back needs (its shapes must match)."""
+        return self._views(member, target, 1)
 
-    def flat_in(self, member: int, value: Any) -> Any:
-        """``value`` as one flat view (cached), for a member kept whole, pushed as it is."""
-        (view,) = self._views(member, value, 0)
-        return view
+    def views_in(self, member: int, value: Any) -> list[Any]:
+        """``value`` as flat views (cached), one per slot of a member alone in its blocks,
+        pushed as they are."""
+        return self._views(member, value, 0)
 
     def copy_out(self, member: int, targets: Sequence[Any], concat: Callable[..., Any]) -> None:
         """Queue the copy of the member's slots into ``targets[0]`` (one op: ``concat`` for
@@ -219,7 +253,28 @@ class Groups:
         self._groups: dict[tuple[int, tuple[Hashable, ...]], Group] = {}
         self._mains: dict[tuple[int, frozenset[Hashable], int], Group] = {}
         self._order = 0
-        self._next_key = CONTROL_KEY + 1
+        self._servers = 1
+        self._max_items: int | None = None
+        self._load = [0]
+        self._next_keys = [CONTROL_KEY + 1]
+
+    def pin(self, servers: int, max_items: int) -> None:
+        """Pin tensors to ``servers`` from now on, blocks of at most ``max_items`` elements
+        (the module docstring says why); before the first group."""
+        if self._groups:
+            raise ValueError("tensors are pinned to servers before the first group is made")
+        self._servers, self._max_items, self._load = servers, max_items, [0] * servers
+        self._next_keys = [self._first_key(s, CONTROL_KEY + 1) for s in range(servers)]
+
+    def _first_key(self, server: int, at: int) -> int:
+        while server_of(at, self._servers) != server:
+            at += 1
+        return at
+
+    def _new_key(self, server: int) -> int:
+        key = self._next_keys[server]
+        self._next_keys[server] = self._first_key(server, key + 1)
+        return key
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -233,9 +288,12 @@ class Groups:
         index = (layout_id(config), tuple(t.key for t in tensors))
         group = self._groups.get(index)
         if group is None:
+            if self._max_items is not None:
+                for tensor in tensors:
+                    tensor.pins = tensor.pins or pins_for(tensor.size, self._servers,
+                                                          self._max_items, self._load)
             group = Group(gid=len(self._groups), tensors=tensors, config=config,
-                          first_key=self._next_key, zeros=self._zeros)
-            self._next_key += len(group.buffers)
+                          new_key=self._new_key, zeros=self._zeros, max_items=self._max_items)
             self._groups[index] = group
             if init:
                 self._init([group])

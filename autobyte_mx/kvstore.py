@@ -20,9 +20,10 @@ A fused key's outputs are written once its block closes: when every member has b
 (the Trainer pushes every key before it reads any), at a ``pull`` of it, or at the next step.
 
 The optimizer runs where the Trainer puts it. With ``update_on_kvstore`` (Gluon's default for
-distributed stores; one server) it runs on the server as with native ``dist_sync``, applied
-to each block tensor by tensor (``_server``), and with scheduling off each tensor then goes
-exactly as native sends it, from the caller's gradient into the caller's weight, with no copy.
+distributed stores) it runs on the servers as with native ``dist_sync``, applied to each block
+tensor by tensor (``_server``), with each element pinned to one server whatever the layout
+(``_layout``); with scheduling off each tensor then goes as native sends it, from the caller's
+gradient into the caller's weight, with no copy.
 Otherwise the servers only sum and the workers update.
 
 Live tuning (on by default; ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off): each step's
@@ -41,6 +42,7 @@ import os
 import pickle
 import threading
 import time
+import types
 import uuid
 import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -52,9 +54,9 @@ import numpy.typing as npt
 from mxnet.kvstore import KVStoreBase
 from mxnet.kvstore.kvstore import _get_kvstore_server_command_type
 
-from autobyte_mx import _engine
+from autobyte_mx import _engine, _states
 from autobyte_mx._blocks import block_rows, push_blocks
-from autobyte_mx._checks import check_environment
+from autobyte_mx._checks import big_array_bound, check_environment
 from autobyte_mx._compression import Compression, parse_compression, unwire, wire
 from autobyte_mx._control import decode, encode
 from autobyte_mx._devices import DeviceSum
@@ -142,7 +144,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                               init=self._native_init)
         self._main: Group | None = None  # the group of the expected keys in this step
         self._rounds: dict[int, Round] = {}  # group id -> its latest round in this step
-        self._unsampled: list[Any] = []  # buffers of whole tensors of this unsampled step
+        self._unsampled: list[Any] = []  # arrays of whole tensors' keys of this unsampled step
         self._step = 0
         self._issued: set[Hashable] = set()
         self._expected: frozenset[Hashable] | None = None
@@ -180,22 +182,15 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         return self._num_workers
 
     def is_capable(self, capability: str) -> bool:
-        if capability.lower() == KVStoreBase.OPTIMIZER:
-            return self._servers == 1
         return True
 
     def set_optimizer(self, optimizer: Any) -> None:
         """Run ``optimizer`` on the server for every later push (``update_on_kvstore``).
 
-        Every worker calls it (the Trainer does); rank 0 sends it. One server only: with
-        several, a block of one layout may live on another server than the same elements in
-        the next, and their optimizer state would stay behind.
+        Every worker calls it (the Trainer does); rank 0 sends it. With several servers it
+        must come before the first ``init`` (the Trainer and Module call it so): tensors are
+        pinned to servers as they are first laid out.
         """
-        if self._servers != 1:
-            raise UnsupportedError(
-                f"AutoByte runs the optimizer on the server only with one server (this job has "
-                f"{self._servers}): the optimizer state must stay with its elements when the "
-                "layout changes; create the Trainer with update_on_kvstore=False")
         if self._compression is not None:
             raise UnsupportedError(
                 "AutoByte runs 2-bit gradient compression with the optimizer on the workers "
@@ -209,8 +204,15 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             raise UnsupportedError(f"AutoByte cannot run this optimizer on the server: {why}; "
                                    "create the Trainer with update_on_kvstore=False (the "
                                    "optimizer then runs on the workers)")
+        if self._servers > 1 and self._tensors:
+            raise ConfigError(
+                f"with {self._servers} servers set_optimizer must come before the first init "
+                "(gluon.Trainer and Module call it so): each element's optimizer state stays "
+                "on one server, chosen when its tensor is first laid out")
         self._optimizer = optimizer
         self._token = uuid.uuid4().hex
+        if self._servers > 1:
+            self._groups.pin(self._servers, big_array_bound() - 1)
         self._send(blocks={k: v for g in self._groups for k, v in g.pieces().items()})
         self._barrier()  # no worker pushes before the server has it
 
@@ -225,17 +227,75 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._compression = Compression(threshold)
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
-        raise UnsupportedError(self._states_where())
+        """Write the servers' optimizer state to ``fname`` as MXNet's Updater writes its own
+        (``_states``); rank 0 only, as the servers hold one state for every worker."""
+        self._check_states()
+        if self._rank != 0:
+            raise ConfigError("with the optimizer on the servers save_optimizer_states runs on "
+                              f"rank 0 only (this is rank {self._rank}): the servers hold one "
+                              "state for every worker; call trainer.save_states on rank 0")
+        states = self._server_states()
+        optimizer = _states.counted(self._optimizer, {t.key: t.updates for t in
+                                                      self._tensors.values()})
+        _states.write(fname, states, optimizer if dump_optimizer else None)
 
     def load_optimizer_states(self, fname: str) -> None:
-        raise UnsupportedError(self._states_where())
+        """Give the servers the state in ``fname`` (an Updater's file, from this kvstore or a
+        Trainer with the optimizer on the workers); with its optimizer, that one runs on."""
+        self._check_states()
+        states, optimizer = _states.read(fname)
+        if optimizer is not None:
+            why = check_element_wise(optimizer)
+            if why is not None:
+                raise UnsupportedError(f"{fname}: AutoByte cannot run its optimizer on the "
+                                       f"server: {why}")
+        data = _states.wire(states, {k: t.size for k, t in self._tensors.items()})
+        self._flush()
+        self._wait_for_step(self._step)
+        if optimizer is not None:
+            self._optimizer = optimizer
+            self._token = uuid.uuid4().hex  # the servers start a job with it, counts included
+            self._send(blocks={k: v for g in self._groups for k, v in g.pieces().items()})
+        self._send(load=data)
 
-    def _states_where(self) -> str:
-        if self._optimizer is not None:
-            return ("the optimizer runs on the server and its state stays there, as with "
-                    "dist_sync: create the Trainer with update_on_kvstore=False to save and "
-                    "load it")
-        return "the optimizer state lives in the Trainer on each worker: use trainer.save_states"
+    @property
+    def _updater(self) -> Any:
+        """Gluon's Trainer reads the optimizer loaded from a file here."""
+        return types.SimpleNamespace(optimizer=self._optimizer)
+
+    def _check_states(self) -> None:
+        if self._optimizer is None:
+            raise UnsupportedError("the optimizer state lives in the Trainer on each worker "
+                                   "(update_on_kvstore=False): use trainer.save_states and "
+                                   "trainer.load_states")
+
+    def _server_states(self) -> dict[Hashable, Any]:
+        """Rank 0 reads the state of every tensor pushed so far, one component at a time,
+        through the keys of its last push (``_server``: export, pull, restore)."""
+        self._flush()
+        self._wait_for_step(self._step)
+        tensors = [t for t in self._tensors.values() if t.pushed is not None]
+        templates = {t.key: self._optimizer.create_state(t.key, mx.nd.zeros(t.shape,
+                                                                          dtype=t.dtype))
+                     for t in tensors}
+        flats = {t.key: [numpy.zeros(t.size, dtype=t.dtype) for _ in
+                         _states.components(templates[t.key])] for t in tensors}
+        groups = list({id(t.pushed): t.pushed for t in tensors if t.pushed}.values())
+        keys = [k for g in groups for k in g.keys]
+        for component in range(max((len(f) for f in flats.values()), default=0)):
+            self._send(export=(component, keys))
+            outs = [mx.nd.zeros(a.shape, dtype=a.dtype) for g in groups for a in g.arrays]
+            with self._watchdog.blocking("the servers' optimizer state"):
+                self._kv.pull(keys, out=outs)
+                values = iter([o.asnumpy() for o in outs])
+            for group in groups:
+                for buffer in group.buffers:
+                    _take(group, buffer.block.segments, next(values), flats, component)
+            self._send(restore=keys)
+        return {t.key: _states.shaped(templates[t.key], [mx.nd.array(f, dtype=t.dtype)
+                                                          .reshape(t.shape)
+                                                          for f in flats[t.key]])
+                for t in tensors}
 
     def _barrier(self) -> None:
         with self._watchdog.blocking("a barrier"):
@@ -486,7 +546,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         Only sampled steps time each tensor; the others are counted and timed as a whole at
         ``_flush``, once their last expected tensor is issued."""
         group = tensor.whole = tensor.whole or self._groups.whole(tensor)
-        buffer = group.buffers[0]
         direct = self._optimizer is not None and bool(targets) and self._compression is None
         if self._optimizer is not None:
             self._note_weight(tensor, targets, group)
@@ -496,21 +555,21 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._count(step, 1)
             self._watchdog.started()
             # the stamp goes before the copy into the buffer, so before the transfer's end
-            ready = self._stamp(tensor, value, priority, before=[] if direct else [buffer.array])
+            ready = self._stamp(tensor, value, priority, before=[] if direct else group.arrays)
             t0 = self._recorder_clock()
         if direct:  # native's own path: pushed from the gradient, pulled into the weight
-            done_on = group.flat(0, targets[0])
-            self._exchange([buffer.key], [group.flat_in(0, value)], [done_on], priority)
+            done_on = group.views_out(0, targets[0])
+            self._exchange(group.keys, group.views_in(0, value), done_on, priority)
             tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
-            done_on = buffer.array
+            done_on = group.arrays
             if self._compression is None:
-                out = group.flat(0, targets[0]) if targets else buffer.array
-                self._exchange([buffer.key], [buffer.array], [out], priority)
+                outs = group.views_out(0, targets[0]) if targets else group.arrays
+                self._exchange(group.keys, group.arrays, outs, priority)
             else:  # a push, then a pull into the array pushed (below)
                 self._compression.quantize(group, 0, priority=priority)
-                self._exchange([buffer.key], [buffer.array], None, priority)
+                self._exchange(group.keys, group.arrays, None, priority)
                 group.copy_out(0, targets[:1], mx.nd.concat)
             tensor.home = group
         for target in targets[1:]:  # the other devices, as the native store broadcasts
@@ -518,9 +577,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         if sampled:
             _engine.push_callback(functools.partial(self._whole_done, step, tensor, t0,
                                                     len(self._issued), ready),
-                                  const=[done_on], priority=priority)
+                                  const=done_on, priority=priority)
         else:
-            self._unsampled.append(done_on)
+            self._unsampled.extend(done_on)
             if self._missing == 0:
                 self._flush()  # the step's last tensor: time it now, not at the next step
 
@@ -731,13 +790,14 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._kv.init(keys, [a for g in groups for a in g.arrays])
 
     # -- internals: the optimizer on the server ----------------------------------------------
-    def _send(self, *, blocks: Mapping[int, Any] | None = None,
-              refresh: Sequence[int] = ()) -> None:
-        """Rank 0 tells the server about new blocks or keys to refresh (``_server``)."""
+    def _send(self, *, blocks: Mapping[int, Any] | None = None, refresh: Sequence[int] = (),
+              **states: Any) -> None:
+        """Rank 0 tells the servers about new blocks, keys to refresh, or the state to export,
+        restore or load (``_server``)."""
         if self._rank != 0:
             return
         message = ServerOptimizer(self._optimizer, self._token, blocks=blocks, refresh=refresh,
-                                  sums=[CONTROL_KEY])
+                                  sums=[CONTROL_KEY], **states)
         with self._watchdog.blocking("a message to the server"):
             self._kv._send_command_to_servers(_get_kvstore_server_command_type("kController"),
                                               pickle.dumps(message, 0).decode("ascii"))
@@ -747,6 +807,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         keys up to date first (a key made at the step boundary is fresh)."""
         if targets:
             tensor.weight = targets[0]
+        tensor.pushed = group
+        tensor.updates += 1
         if group.epoch != self._epoch:
             self._refresh([group])
 
@@ -802,6 +864,19 @@ def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
     store = ref()
     if store is not None:
         store.close()
+
+
+def _take(group: Group, segments: Sequence[Any], values: Any,
+          flats: Mapping[Hashable, list[Any]], component: int) -> None:
+    """Copy one exported key's ``values`` into the flat states of the tensors whose last push
+    it carried (others' pieces may be of a key that never reached the server)."""
+    at = 0
+    for seg in segments:
+        tensor = group.tensors[seg.tensor]
+        parts = flats.get(tensor.key)
+        if parts is not None and tensor.pushed is group and component < len(parts):
+            parts[component][seg.start:seg.stop] = values[at:at + seg.size]
+        at += seg.size
 
 
 def _timeout(timeout: Any) -> float:

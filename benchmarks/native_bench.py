@@ -41,7 +41,6 @@ from common.progress import NATIVE
 from common.units import parse_bytes, parse_rate
 
 WORKERS = 2
-SERVERS = 1  # MXNet jobs of common.bench run one server
 BATCH = 32  # per worker (the demo workers' default)
 COLUMNS = ["framework", "model", "rate", "rounds", "native", "autobyte", "autobyte/native",
            "ratio_min", "ratio_max", "cpu_native_ms", "cpu_autobyte_ms", "best_fixed",
@@ -70,9 +69,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per job")
     p.add_argument("--devices", type=int, default=1,
                    help="MXNet: CPU contexts per worker (the rows' model reads e.g. cnn-2dev)")
+    p.add_argument("--servers", type=int, default=1,
+                   help="MXNet: parameter servers, all on one host (the rows' model reads e.g. "
+                        "cnn-2srv)")
     args = p.parse_args(argv)
-    if args.devices < 1 or ("tensorflow" in args.frameworks.split(",") and args.devices != 1):
+    mxnet_only = args.frameworks.split(",") == ["mxnet"]
+    if args.devices < 1 or (not mxnet_only and args.devices != 1):
         p.error(f"--devices must be >= 1, and 1 with TensorFlow, got devices={args.devices}")
+    if args.servers < 1 or (not mxnet_only and args.servers != 1):
+        p.error(f"--servers must be >= 1, and 1 with TensorFlow, got servers={args.servers}")
     if args.rounds < 1 or args.steps < 2 * args.window:
         p.error(f"--rounds must be >= 1 and --steps >= 2 windows, got rounds={args.rounds}, "
                 f"steps={args.steps}")
@@ -100,9 +105,11 @@ def link_rate(rate: str) -> float:
 
 def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
          out: Path) -> dict[str, Any]:
-    label = model if args.devices == 1 else f"{model}-{args.devices}dev"
+    label = model + (f"-{args.devices}dev" if args.devices > 1 else "") + \
+        (f"-{args.servers}srv" if args.servers > 1 else "")
     name = f"{framework[:2]}-{label}-{rate}"
-    spec = functools.partial(JobSpec, framework=framework, model=model, devices=args.devices)
+    spec = functools.partial(JobSpec, framework=framework, model=model, devices=args.devices,
+                             servers=args.servers)
     window = args.window
     per_round: list[dict[str, float]] = []
     final = ""
@@ -153,9 +160,9 @@ def cell(args: argparse.Namespace, framework: str, model: str, rate: str,
     samples = WORKERS * BATCH
     compute_s = samples / local.mean_speed(first=window + 1)
     gradient = statistics.median(r["gradient_bytes"] for r in per_round)
-    # bytes over the busiest link: a ring sends 2(n-1)/n of them per worker link; one server's
-    # link carries every worker's (n/s of them per server, as common.sim counts it)
-    factor = 2 * (WORKERS - 1) / WORKERS if framework == "tensorflow" else WORKERS / SERVERS
+    # bytes over the busiest link: a ring sends 2(n-1)/n of them per worker link; the servers'
+    # host (all of them on one, the testbed's placement) carries every worker's
+    factor = 2 * (WORKERS - 1) / WORKERS if framework == "tensorflow" else WORKERS
     comm_s = gradient * factor * 8 / link
     bound = samples / max(compute_s, comm_s if math.isfinite(comm_s) else 0.0)
 

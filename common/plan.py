@@ -15,6 +15,13 @@ so the simulator can model it: all-reduce packs every gradient into one block, s
 whole backward pass is done (MultiWorkerMirroredStrategy); a parameter server sends each tensor
 whole, in the order the framework gives, with no credit (``dist_sync``).
 
+Pinned elements (``pins``): where several parameter servers run the optimizer, each element's
+optimizer state lives on the server that updates it, so an element must stay on one server
+whatever the layout. Each tensor's elements are then pinned to servers in ranges, every block
+is cut from one server's own stream (its ranges in forward order), at most ``max_items``
+elements (a larger key the native store would spread over all servers), and blocks take their
+forward position from their first element. Native then sends one block per range.
+
 Order and credit (``Scheduler``): a block is ready when the last of its gradients is (backward
 produces the front-most tensor last). Ready blocks wait in a heap keyed by (step, priority,
 arrival); the priority is the block's forward position unless the adapter fixes an order, so
@@ -37,8 +44,8 @@ from typing import Any
 from common.config import Config
 from common.errors import ConfigError, SchedulerError
 
-__all__ = ["MAX_LANES", "START", "Block", "Layout", "Scheduler", "Segment", "Send", "TensorSpec",
-           "issue_order", "lanes_for", "make_layout"]
+__all__ = ["MAX_LANES", "START", "Block", "Layout", "Pin", "Scheduler", "Segment", "Send",
+           "TensorSpec", "issue_order", "lanes_for", "make_layout"]
 
 ARCHS = ("allreduce", "ps")
 MAX_LANES = 32  # more concurrent collectives than this only adds executor overhead
@@ -87,13 +94,19 @@ class Segment:
         return self.stop - self.start
 
 
+Pin = tuple[int, int, int]  # (start, stop, server): a tensor's elements held by one server
+Run = tuple[int, int, int]  # (tensor, start, stop): a stretch of one server's stream
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
-    """One unit of communication: segments in forward order, ``index`` its forward position."""
+    """One unit of communication: segments in forward order, ``index`` its forward position,
+    ``server`` the server its elements are pinned to (0 without pins)."""
 
     index: int
     segments: tuple[Segment, ...]
     nbytes: int
+    server: int = 0
 
     @property
     def ready_tensor(self) -> int:
@@ -118,42 +131,90 @@ class Layout:
         return max(b.nbytes for b in self.blocks)
 
 
-def make_layout(tensors: Sequence[TensorSpec], config: Config, *,
-                arch: str = "allreduce") -> Layout:
-    """Cut ``tensors`` (forward order) into blocks under ``config``; see the module docstring."""
+def make_layout(tensors: Sequence[TensorSpec], config: Config, *, arch: str = "allreduce",
+                pins: Sequence[Sequence[Pin]] | None = None,
+                max_items: int | None = None) -> Layout:
+    """Cut ``tensors`` (forward order) into blocks under ``config``; see the module docstring.
+    ``pins`` (one sequence of ranges per tensor) and ``max_items`` apply to ``arch='ps'``."""
     if arch not in ARCHS:
         raise ConfigError(f"arch must be one of {list(ARCHS)}, but got arch={arch!r}")
     specs = tuple(tensors)
     if not specs:
         raise ConfigError("a layout needs at least one tensor, got none")
-    if not config.scheduling:
-        groups = [[i] for i in range(len(specs))] if arch == "ps" else [list(range(len(specs)))]
-        blocks = tuple(Block(index=j, segments=tuple(Segment(i, 0, specs[i].size) for i in g),
-                             nbytes=sum(specs[i].nbytes for i in g))
-                       for j, g in enumerate(groups))
-        return Layout(specs, blocks, native=True)
-    return Layout(specs, tuple(_cut(specs, config.partition_bytes)), native=False)
+    if (pins is not None or max_items is not None) and arch != "ps":
+        raise ConfigError(f"pins and max_items place elements on parameter servers; "
+                          f"arch={arch!r} has none")
+    if max_items is not None and max_items < 1:
+        raise ConfigError(f"max_items must be at least 1, got max_items={max_items}")
+    if not config.scheduling and arch == "allreduce":
+        return Layout(specs, (Block(0, tuple(Segment(i, 0, t.size) for i, t in enumerate(specs)),
+                                    sum(t.nbytes for t in specs)),), native=True)
+    streams: dict[int, list[Run]] = {}
+    for i, ranges in enumerate(_check_pins(specs, pins)):
+        for start, stop, server in ranges:
+            streams.setdefault(server, []).append((i, start, stop))
+    cuts = []
+    for server, runs in sorted(streams.items()):
+        if config.scheduling:
+            cuts += [(server, c) for c in _cut(specs, runs, config.partition_bytes, max_items)]
+        else:  # each range whole, as the framework sends each tensor
+            for run in runs:
+                cuts += [(server, c) for c in _cut(specs, [run], 1 << 62, max_items)]
+    cuts.sort(key=lambda sc: (sc[1][0].tensor, sc[1][0].start))
+    blocks = tuple(Block(j, segs, sum(s.size * specs[s.tensor].itemsize for s in segs), server)
+                   for j, (server, segs) in enumerate(cuts))
+    return Layout(specs, blocks, native=not config.scheduling)
 
 
-def _cut(tensors: Sequence[TensorSpec], partition: int) -> list[Block]:
-    blocks: list[Block] = []
+def _check_pins(specs: tuple[TensorSpec, ...],
+                pins: Sequence[Sequence[Pin]] | None) -> list[list[Pin]]:
+    """Each tensor's ranges, in element order: all on server 0 without ``pins``; else they
+    must cover the tensor's elements once."""
+    if pins is None:
+        return [[(0, t.size, 0)] for t in specs]
+    if len(pins) != len(specs):
+        raise ConfigError(f"pins must give ranges for each of the {len(specs)} tensors, got "
+                          f"{len(pins)}")
+    checked = []
+    for spec, ranges in zip(specs, pins, strict=True):
+        ordered = sorted((int(a), int(b), int(s)) for a, b, s in ranges)
+        at = 0
+        for start, stop, server in ordered:
+            if start != at or stop <= start or server < 0:
+                raise ConfigError(f"tensor {spec.name!r}: pins must cover its {spec.size} "
+                                  f"elements once, in ranges on servers >= 0, got {ordered}")
+            at = stop
+        if at != spec.size:
+            raise ConfigError(f"tensor {spec.name!r}: pins must cover its {spec.size} "
+                              f"elements once, got {ordered}")
+        checked.append(ordered)
+    return checked
+
+
+def _cut(tensors: Sequence[TensorSpec], runs: Sequence[Run], partition: int,
+         max_items: int | None) -> list[tuple[Segment, ...]]:
+    """Cut one stream of ``runs`` into blocks' segments: about ``partition`` bytes each, at
+    most ``max_items`` elements, one dtype."""
+    blocks: list[tuple[Segment, ...]] = []
     segments: list[Segment] = []
-    used = 0
-    for index, tensor in enumerate(tensors):
-        start, size, item = 0, tensor.size, tensor.itemsize
-        if segments and tensors[segments[0].tensor].dtype != tensor.dtype:
-            blocks.append(Block(len(blocks), tuple(segments), used))
-            segments, used = [], 0
-        while start < size:
-            take = min(size - start, max(1, (partition - used) // item))
+    used = items = 0
+    limit = max_items or 1 << 62
+    for index, start, stop in runs:
+        item = tensors[index].itemsize
+        if segments and tensors[segments[0].tensor].dtype != tensors[index].dtype:
+            blocks.append(tuple(segments))
+            segments, used, items = [], 0, 0
+        while start < stop:
+            take = min(stop - start, max(1, (partition - used) // item), limit - items)
             segments.append(Segment(index, start, start + take))
             used += take * item
+            items += take
             start += take
-            if used + item > partition:
-                blocks.append(Block(len(blocks), tuple(segments), used))
-                segments, used = [], 0
+            if used + item > partition or items >= limit:
+                blocks.append(tuple(segments))
+                segments, used, items = [], 0, 0
     if segments:
-        blocks.append(Block(len(blocks), tuple(segments), used))
+        blocks.append(tuple(segments))
     return blocks
 
 

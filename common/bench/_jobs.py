@@ -56,6 +56,7 @@ class JobSpec:
     join_at: int | None = None  # start when the first job reaches this step
     shipped: bool = False
     devices: int = 1  # MXNet: CPU contexts per worker
+    servers: int = 1  # MXNet: parameter servers (all on the scheduler's host)
 
     def __post_init__(self) -> None:
         if self.framework not in MODULES:
@@ -265,7 +266,8 @@ def run_jobs(specs: Sequence[JobSpec], *, rate: str, out: Path,
             log_dir = out / spec.name
             watch = _Watch(spec, first_step if i == 0 else current_rate, echo)
             result = launch(framework=spec.framework, command=spec.command(), workers=WORKERS,
-                            env=spec.env(log_dir), testbed=tb, timeout=timeout, stream=watch,
+                            servers=spec.servers, env=spec.env(log_dir), testbed=tb,
+                            timeout=timeout, stream=watch,
                             linger=1.0 if spec.local else 30.0)  # no worker joins ps-lite
             if i == 0:
                 for event in started:  # a job waiting for a step that never came starts now

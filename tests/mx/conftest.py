@@ -82,11 +82,13 @@ class NativeRefs:
         self._factory = factory
         self._cache: dict[tuple[str, ...], Job] = {}
 
-    def get(self, *args: str, workers: int, servers: int) -> Job:
-        key = (*args, str(workers), str(servers))
+    def get(self, *args: str, workers: int, servers: int,
+            env: dict[str, str] | None = None) -> Job:
+        key = (*args, str(workers), str(servers),
+               *(f"{k}={v}" for k, v in sorted((env or {}).items())))
         if key not in self._cache:
             job = run_job(self._factory.mktemp("native"), "--kv", "dist_sync", *args,
-                          workers=workers, servers=servers)
+                          workers=workers, servers=servers, env=env)
             assert_ok(job)
             self._cache[key] = job
         return self._cache[key]

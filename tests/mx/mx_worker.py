@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import signal
 import sys
 import time
@@ -77,11 +78,11 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
 
     res: dict[str, object] = {}
     path = os.path.join(out, f"states_rank{rank}")
-    if trainer._update_on_kvstore:  # the state is on the server, as with dist_sync
+    if trainer._update_on_kvstore:  # the state is on the servers: rank 0 saves it
         try:
             trainer.save_states(path)
             res["save_states"] = "no error"
-        except UnsupportedError as e:
+        except ConfigError as e:
             res["save_states"] = str(e)
     else:
         trainer.save_states(path)
@@ -122,6 +123,31 @@ def checks(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, object]:
     res["errors"] = errors
     res["registered"] = "autobyte" in mx.kv.KVStoreBase.kv_registry
     return res
+
+
+def halve_states(trainer: gluon.Trainer, out: str, rank: int) -> dict[str, int]:
+    """Save the optimizer state, then load it back halved, so a lost load shows in the
+    weights. With the optimizer on the servers rank 0 saves (one state for every worker);
+    with it on the workers every rank saves its own. Writes the state saved as
+    ``states_rank{rank}.npz``; returns the update counts saved with the optimizer."""
+    saved = os.path.join(out, f"states_at_rank{rank}")
+    if not trainer._update_on_kvstore or rank == 0:
+        trainer.save_states(saved)
+    if trainer._update_on_kvstore:
+        trainer._kvstore.barrier()
+        saved = os.path.join(out, "states_at_rank0")
+    with open(saved, "rb") as f:
+        states, optimizer = pickle.loads(f.read())
+    flat = {f"{k}_{i}": part.asnumpy() for k, state in states.items()
+            for i, part in enumerate(state if isinstance(state, tuple) else [state])}
+    np.savez(os.path.join(out, f"states_rank{rank}.npz"), **flat)
+    halved = {k: tuple(p * 0.5 for p in v) if isinstance(v, tuple) else v * 0.5
+              for k, v in states.items()}
+    path = os.path.join(out, f"halved_rank{rank}")
+    with open(path, "wb") as f:
+        f.write(pickle.dumps((halved, optimizer)))
+    trainer.load_states(path)
+    return {str(k): int(v) for k, v in optimizer._index_update_count.items()}
 
 
 def emulate_two_bit(trainer: gluon.Trainer, threshold: np.float32) -> None:
@@ -174,6 +200,8 @@ def main() -> int:
                     help="--kill-server-at sends SIGKILL, not SIGSTOP")
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
+    ap.add_argument("--states-at", type=int, default=-1,
+                    help="after this step, save the optimizer state and load it halved")
     ap.add_argument("--sample-every", type=int, default=2,
                     help="steps between steps timed per tensor (the tests' default: 2)")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "lamb"])
@@ -237,6 +265,7 @@ def main() -> int:
     lossf = gluon.loss.SoftmaxCrossEntropyLoss()
     switches = {int(s.split(":")[0]): s.split(":")[1:] for s in a.switch}
     os.makedirs(a.out, exist_ok=True)
+    counts: dict[str, int] = {}
     t0 = time.perf_counter()
     for step in range(a.steps):
         x = gluon.utils.split_and_load(xs[step % 4], ctx)
@@ -249,6 +278,8 @@ def main() -> int:
             p, c, s = switches[step]
             trainer._kvstore.reconfigure(Config(partition_bytes=p, credit_bytes=c,
                                                 scheduling=s == "1"))
+        if step == a.states_at:
+            counts = halve_states(trainer, a.out, rank)
         if step in a.mark and rank == 0:
             with open(os.path.join(a.out, f"mark_{step}"), "w") as f:
                 f.write(str(time.time()))
@@ -269,6 +300,8 @@ def main() -> int:
                                   "kv": str(type(trainer._kvstore)),
                                   "update_on_kvstore": bool(trainer._update_on_kvstore),
                                   "devices_equal": devices_equal}
+    if a.states_at >= 0:
+        summary["update_counts"] = counts
     store = trainer._kvstore
     if a.checks:
         summary["checks"] = checks(trainer, a.out, rank)

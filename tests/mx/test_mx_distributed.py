@@ -4,7 +4,7 @@ With 2 workers the server's sum is order-free (a + b == b + a in float32) and th
 runs the same operator on workers as on servers and on a slice as on a whole tensor, so
 parameters must match bitwise, whatever the blocks (fused, split, or each tensor whole) and
 wherever the optimizer runs (on the one server by Gluon's default, as with native; on the
-workers with update_on_kvstore=False or two servers). With 3 workers the server adds pushes in
+workers with update_on_kvstore=False). With 3 workers the server adds pushes in
 arrival order, which differs from run to run for native dist_sync too, so they match native
 within float32 rounding (rtol 1e-5, atol 1e-6) and each other bitwise (every worker pulls the
 same sums).
@@ -130,8 +130,9 @@ def test_optimizer_on_the_server_matches_native_across_switches_back(
                if s["config"]["scheduling"] else 0 for s in job.summary(0)["steps"]]
     assert layouts[:13] == [(4, 8)] * 2 + [(4, 4)] * 2 + [0] * 4 + [(4, 8)] * 2 + \
         [(4096, 4096)] * 2 + [0]
+    assert job.summary(0)["checks"]["save_states"] == "no error"
     checks = job.summary(1)["checks"]
-    assert "state stays there" in checks["save_states"]
+    assert "runs on rank 0 only (this is rank 1)" in checks["save_states"]
     assert "LAMB is not one of MXNet's element-wise optimizers" in checks["errors"]["set_optimizer"]
     # a plain push is an optimizer step there too: SGD from 0 with the sum 1 + 2 of ones
     assert checks["push_pull_sum"] == pytest.approx(-0.05 * 3 / 16)
@@ -148,6 +149,63 @@ def test_adam_on_the_server_counts_each_tensor_once_a_step(tmp_path: Path,
     assert_ok(job)
     for rank in range(2):
         assert_same(job.params(rank), want.params(rank), exact=True)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_optimizer_on_two_servers_matches_native_across_switches(
+        tmp_path: Path, native_refs: NativeRefs, optimizer: str) -> None:
+    """Gluon's default with two servers: the optimizer runs on both, each element pinned to
+    one server whatever the layout. The bound at which the native store spreads a key over
+    the servers is lowered so that dense1_weight (60000 elements) is spread, by native and by
+    AutoByte alike; switches go through split blocks, native, one block per server and
+    back, and the weights equal native's bitwise (Adam's update counts included)."""
+    env = {"MXNET_KVSTORE_BIGARRAY_BOUND": "20000"}
+    args = (*MLP, "--steps", "10", "--optimizer", optimizer)
+    want = native_refs.get(*args, workers=2, servers=2, env=env)
+    job = run_job(tmp_path, *args, "--partition", "8KiB", "--credit", "16KiB",
+                  "--switch", "1:8KiB:16KiB:0", "--switch", "3:4MiB:4MiB:1",
+                  "--switch", "5:8KiB:16KiB:1", workers=2, servers=2, env=env)
+    assert_ok(job)
+    for rank in range(2):
+        assert job.summary(rank)["update_on_kvstore"] is True
+        assert want.summary(rank)["update_on_kvstore"] is True
+        assert_same(job.params(rank), want.params(rank), exact=True)
+    steps = job.summary(0)["steps"]
+    layouts = [s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0
+               for s in steps]
+    assert layouts[:9] == [8 << 10] * 3 + [0] * 2 + [4 << 20] * 2 + [8 << 10] * 2
+    fused = next(s for s in steps if s["config"]["partition_bytes"] == 4 << 20
+                 and s["chunks"])
+    assert len(fused["chunks"]) >= 2  # a 4 MiB partition still needs a block per server
+
+
+def test_state_on_two_servers_saves_and_loads_as_on_the_workers(tmp_path: Path) -> None:
+    """Adam on two servers (dense1_weight spread over both, blocks split): after step 4
+    rank 0 saves the state and every worker loads it back halved. The state saved, its update
+    counts and the final weights equal bitwise those of the same job with Adam on the workers
+    (saved by each Trainer), and the halving changed the weights."""
+    env = {"MXNET_KVSTORE_BIGARRAY_BOUND": "20000"}
+    args = (*MLP, "--optimizer", "adam", "--partition", "8KiB", "--credit", "16KiB",
+            "--switch", "1:8KiB:16KiB:0", "--switch", "2:8KiB:16KiB:1")
+    servers = run_job(tmp_path, *args, "--states-at", "4", workers=2, servers=2, env=env)
+    workers = run_job(tmp_path, *args, "--states-at", "4", "--update-on-kvstore", "0",
+                      workers=2, servers=2, env=env)
+    plain = run_job(tmp_path, *args, workers=2, servers=2, env=env)
+    for job in (servers, workers, plain):
+        assert_ok(job)
+    assert servers.summary(0)["update_on_kvstore"] is True
+    assert workers.summary(0)["update_on_kvstore"] is False
+    for rank in range(2):
+        with np.load(servers.out / f"states_rank{rank}.npz") as a, \
+                np.load(workers.out / f"states_rank{rank}.npz") as b:
+            assert sorted(a.files) == sorted(b.files) and len(a.files) == 12  # 6 x (mean, var)
+            for name in a.files:
+                assert np.array_equal(a[name], b[name]), name
+        assert servers.summary(rank)["update_counts"] == \
+            workers.summary(rank)["update_counts"] == {str(i): 5 for i in range(6)}
+        assert_same(servers.params(rank), workers.params(rank), exact=True)
+        assert any(not np.array_equal(servers.params(rank)[n], plain.params(rank)[n])
+                   for n in plain.params(rank))
 
 
 def test_optimizer_on_the_workers_when_asked(tmp_path: Path, native_refs: NativeRefs) -> None:
@@ -257,7 +315,8 @@ def test_scheduling_off_pull_after_pushpull_reads_the_sum(tmp_path: Path) -> Non
 def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
                                                         native_refs: NativeRefs) -> None:
     """Switches (each lands three steps after its loop step): 8 KiB (split), 64 KiB, native,
-    then 4 MiB (one fused block)."""
+    then 4 MiB (one fused block per server), with the optimizer on both servers (Gluon's
+    default)."""
     want = native_refs.get(*MLP, workers=3, servers=2)
     job = run_job(tmp_path, *MLP, "--partition", "8KiB", "--credit", "8KiB",
                   "--switch", "0:64KiB:256KiB:1", "--switch", "2:4KiB:4KiB:0",
@@ -270,17 +329,23 @@ def test_three_workers_two_servers_with_reconfiguration(tmp_path: Path,
              len(s["chunks"])) for s in job.summary(2)["steps"]]
     # native's step 6 is not sampled (timed as a whole, no blocks); the last step never
     # ends: no statistics
-    assert seen == [(8 << 10, 40), (8 << 10, 40), (64 << 10, 5), (64 << 10, 5), (0, 6),
-                    (0, 0), (4 << 20, 1)]
+    # with the optimizer on both servers each block holds one server's elements: server 0
+    # holds dense0's weight and the last three tensors (21410 elements), server 1 dense0's
+    # bias and dense1's weight (60300), each cut on its own
+    assert seen == [(8 << 10, 41), (8 << 10, 41), (64 << 10, 6), (64 << 10, 6), (0, 6),
+                    (0, 0), (4 << 20, 2)]
 
 
 def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
                                                        native_refs: NativeRefs) -> None:
     """kvstore='autobyte' as a string (knobs from AUTOBYTE_*), a CNN, 2 servers, and the
-    kvstore API: states save/load, push/pull, list keys, errors for misuse."""
+    kvstore API with the optimizer on the workers (the servers then sum): states save/load,
+    push/pull, list keys, errors for misuse. The reference runs it on the servers (the same
+    operator on the same sums)."""
     args = ("--model", "cnn", "--steps", "5")
     want = native_refs.get(*args, workers=2, servers=2)
-    job = run_job(tmp_path, *args, "--kv", "autobyte-env", "--checks", servers=2,
+    job = run_job(tmp_path, *args, "--kv", "autobyte-env", "--checks", "--update-on-kvstore",
+                  "0", servers=2,
                   env={"AUTOBYTE_PARTITION_BYTES": "16KiB", "AUTOBYTE_CREDIT_BYTES": "64KiB",
                        "AUTOBYTE_WINDOW_STEPS": "2"})  # one sampled step a window: odd steps
     assert_ok(job)

@@ -8,6 +8,7 @@ import random
 import threading
 import warnings
 from collections.abc import Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import mxnet as mx  # noqa: E402
 
 from autobyte_mx import _engine  # noqa: E402
 from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
-from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name  # noqa: E402
+from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name, pins_for, server_of  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
 
@@ -82,6 +83,52 @@ def test_group_maps_each_segment_to_a_slice_of_its_block_buffer(partition: int) 
     other = groups.whole(tensors[0])
     assert other.layout_id == WHOLE and other.keys == [group.keys[-1] + 1]
     assert other.slots[0][0].view is other.buffers[0].array
+
+
+def test_pins_balance_whole_tensors_and_spread_large_ones_as_ps_lite() -> None:
+    load = [0, 0]
+    assert pins_for(700, 2, 1000, load) == ((0, 700, 0),)
+    assert pins_for(300, 2, 1000, load) == ((0, 300, 1),)
+    assert pins_for(200, 2, 1000, load) == ((0, 200, 1),)  # the server with fewer elements
+    assert pins_for(1001, 2, 1000, load) == ((0, 501, 0), (501, 1001, 1))  # 500.5 rounds up
+    assert load == [1201, 1000]
+    assert pins_for(7, 3, 2, [0, 0, 0]) == ((0, 2, 0), (2, 5, 1), (5, 7, 2))
+
+
+def test_pinned_groups_put_each_block_on_a_key_of_its_server() -> None:
+    """With the optimizer on two servers: every layout of the same tensors keeps each element
+    on one server, each block's key is one the native store sends to that server, below the
+    size it would spread, and no key is handed out twice."""
+    groups = Groups(zeros=_zeros, init=list)
+    groups.pin(2, 3000)
+    tensors = _tensors(*SHAPES)  # 2100, 10, 5, 4000, 7 elements
+    layouts = [groups.whole(t) for t in tensors]
+    layouts += [groups.get(Config(partition_bytes=p, credit_bytes=p), tensors)
+                for p in (4096, 1 << 20)]
+    assert tensors[3].pins == ((0, 2000, 0), (2000, 4000, 1))
+    where: dict[tuple[Any, int], int] = {}
+    keys = [k for g in layouts for k in g.keys]
+    assert len(keys) == len(set(keys)) and 0 not in keys
+    for group in layouts:
+        for buffer in group.buffers:
+            assert server_of(buffer.key, 2) == buffer.block.server
+            assert buffer.array.shape[0] <= 3000
+            for seg in buffer.block.segments:
+                tensor = group.tensors[seg.tensor]
+                for element in (seg.start, seg.stop - 1):
+                    held = where.setdefault((tensor.key, element), buffer.block.server)
+                    assert held == buffer.block.server
+    values = [mx.nd.array(np.random.RandomState(i).rand(*t.shape)) for i, t in
+              enumerate(tensors)]
+    for group in layouts:  # a tensor's pieces come back in element order from every layout
+        for member, tensor in enumerate(group.tensors):
+            value = values[tensors.index(tensor)]
+            group.copy_in(member, value)
+            out = mx.nd.zeros(value.shape)
+            group.copy_out(member, [out], mx.nd.concat)
+            assert np.array_equal(out.asnumpy(), value.asnumpy())
+    with pytest.raises(ValueError, match="before the first group"):
+        groups.pin(2, 3000)
 
 
 def test_block_name_counts_the_fused_members() -> None:
@@ -569,6 +616,61 @@ def test_the_server_updates_blocks_as_whole_tensors_across_layouts() -> None:
             if layout is split else {"a": stored[3], "b": stored[4]}
         for t in sizes:
             assert np.array_equal(got[t].asnumpy(), want[t].asnumpy()), (step, t)
+
+
+def test_the_server_exports_restores_and_loads_the_state_of_its_keys() -> None:
+    """Adam's mean and var of a tensor split over two keys come out one component at a time
+    through the keys' stored arrays, whose weights come back afterwards; a state loaded
+    replaces the tensor's state whole."""
+    from autobyte_mx._server import ServerOptimizer
+    from autobyte_mx._states import wire
+
+    adam = mx.optimizer.Adam(learning_rate=0.1)
+    blocks = {1: (0, (("a", 5, 0, 3),)), 2: (0, (("a", 5, 3, 5),))}
+    token = "job-states"
+    updater = _on_server(ServerOptimizer(adam, token, blocks=blocks))
+    reference = mx.optimizer.get_updater(mx.optimizer.Adam(learning_rate=0.1))
+    rng = np.random.RandomState(1)
+    want = mx.nd.array(rng.randn(5))
+    stored = {1: want[:3].copy(), 2: want[3:].copy()}
+    for _ in range(2):
+        grad = mx.nd.array(rng.randn(5))
+        reference("a", grad, want)
+        updater(1, grad[:3], stored[1])
+        updater(2, grad[3:], stored[2])
+    weights = np.concatenate([stored[1].asnumpy(), stored[2].asnumpy()])
+    assert np.array_equal(weights, want.asnumpy())
+    for component in range(2):  # key 3 is on another server
+        _on_server(ServerOptimizer(adam, token, export=(component, [1, 2, 3])))
+        got = np.concatenate([stored[1].asnumpy(), stored[2].asnumpy()])
+        assert np.array_equal(got, reference.states["a"][component].asnumpy())
+    _on_server(ServerOptimizer(adam, token, restore=[3, 1, 2]))
+    assert np.array_equal(np.concatenate([stored[1].asnumpy(), stored[2].asnumpy()]), weights)
+    halved = {"a": tuple(p * 0.5 for p in reference.states["a"])}
+    _on_server(ServerOptimizer(adam, token, load=wire(halved, {"a": 5})))
+    _on_server(ServerOptimizer(adam, token, export=(1, [1, 2])))
+    got = np.concatenate([stored[1].asnumpy(), stored[2].asnumpy()])
+    assert np.array_equal(got, halved["a"][1].asnumpy())
+    with pytest.raises(ConfigError, match="key 'a' holds \\[5, 5\\] elements, its weight 6"):
+        wire(halved, {"a": 6})
+
+
+def test_saved_update_counts_are_the_pushes_from_the_optimizer_start(tmp_path: Path) -> None:
+    from autobyte_mx._states import counted, read, write
+
+    sgd = mx.optimizer.SGD(learning_rate=0.1, begin_num_update=10)
+    made = counted(sgd, {0: 3, 1: 5, 2: 0})
+    assert made._index_update_count == {0: 13, 1: 15} and made.num_update == 15
+    made._set_current_context(0)  # what the server does before each update
+    assert made._index_update_count == {0: 13, 1: 15}
+    assert sgd._index_update_count == {} and sgd.num_update == 10  # the original untouched
+    assert sgd._all_index_update_counts == {0: {}}
+    path = str(tmp_path / "states")  # the Updater's file: states, with the optimizer or not
+    write(path, {0: None}, made)
+    states, optimizer = read(path)
+    assert states == {0: None} and optimizer._index_update_count == {0: 13, 1: 15}
+    write(path, {0: None})
+    assert read(path) == ({0: None}, None)
 
 
 def test_the_server_sums_its_own_keys_and_names_unknown_ones() -> None:

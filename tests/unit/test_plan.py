@@ -34,10 +34,12 @@ def specs(*sizes: int, itemsize: int = 4) -> list[TensorSpec]:
     return [TensorSpec(f"t{i}", n, itemsize) for i, n in enumerate(sizes)]
 
 
-def assert_exact_cover(layout: Layout) -> None:
-    """Every element of every tensor in exactly one block, in element order."""
+def assert_exact_cover(layout: Layout, *, ordered: bool = True) -> None:
+    """Every element of every tensor in exactly one block, in element order (blocks of
+    pinned elements interleave servers: then in any order)."""
     for i, tensor in enumerate(layout.tensors):
         spans = [(s.start, s.stop) for b in layout.blocks for s in b.segments if s.tensor == i]
+        spans = spans if ordered else sorted(spans)
         assert spans[0][0] == 0 and spans[-1][1] == tensor.size
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(spans))
     for block in layout.blocks:
@@ -90,6 +92,45 @@ def test_native_is_one_pack_for_allreduce_and_whole_tensors_for_ps() -> None:
     assert [b.nbytes for b in whole.blocks] == [40, 8000, 100]
     assert_exact_cover(packed)
     assert_exact_cover(whole)
+
+
+def test_pinned_elements_are_cut_per_server_in_forward_order() -> None:
+    """Tensors 0 and 2 on server 1, tensor 1 split over both, tensor 3 on server 0: every
+    block holds one server's elements, at most max_items of them, and blocks are numbered by
+    their first element in forward order, with or without scheduling."""
+    tensors = specs(4000, 40000, 4000, 4000)  # 1000, 10000, 1000, 1000 elements
+    pins = [[(0, 1000, 1)], [(0, 5000, 0), (5000, 10000, 1)], [(0, 1000, 1)], [(0, 1000, 0)]]
+    for cfg in (config(partition=4 * KIB), config(partition=64 * KIB, credit=64 * KIB),
+                config(scheduling=False)):
+        layout = make_layout(tensors, cfg, arch="ps", pins=pins, max_items=3000)
+        assert_exact_cover(layout, ordered=False)
+        for block in layout.blocks:
+            assert sum(s.size for s in block.segments) <= 3000
+            for seg in block.segments:
+                held = [srv for a, b, srv in pins[seg.tensor] if a <= seg.start < b]
+                assert held == [block.server] and seg.stop <= next(
+                    b for a, b, _ in pins[seg.tensor] if a <= seg.start < b)
+        firsts = [(b.segments[0].tensor, b.segments[0].start) for b in layout.blocks]
+        assert firsts == sorted(firsts) and [b.index for b in layout.blocks] == \
+            list(range(len(layout.blocks)))
+    fused = make_layout(tensors, config(partition=64 * KIB, credit=64 * KIB), arch="ps", pins=pins,
+                        max_items=10**6)  # one block per server, fusing tensors apart
+    assert [(b.server, b.tensors) for b in fused.blocks] == [(1, (0, 1, 2)), (0, (1, 3))]
+    native = make_layout(tensors, config(scheduling=False), arch="ps", pins=pins)
+    assert [(b.server, b.tensors, b.nbytes) for b in native.blocks] == [
+        (1, (0,), 4000), (0, (1,), 20000), (1, (1,), 20000), (1, (2,), 4000), (0, (3,), 4000)]
+
+
+def test_pins_must_cover_each_tensor_once() -> None:
+    tensors = specs(40, 40)
+    for bad in ([[(0, 10, 0)]], [[(0, 10, 0)], [(0, 5, 0)]],
+                [[(0, 6, 0), (5, 10, 1)], [(0, 10, 0)]], [[(0, 10, -1)], [(0, 10, 0)]]):
+        with pytest.raises(ConfigError, match="pins must"):
+            make_layout(tensors, config(), arch="ps", pins=bad)
+    with pytest.raises(ConfigError, match="arch='allreduce' has none"):
+        make_layout(tensors, config(), pins=[[(0, 10, 0)], [(0, 10, 0)]])
+    with pytest.raises(ConfigError, match="max_items=0"):
+        make_layout(tensors, config(), arch="ps", max_items=0)
 
 
 def test_issue_order_is_readiness_order_or_a_head_then_forward_order() -> None:
