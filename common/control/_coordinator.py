@@ -84,6 +84,7 @@ class Coordinator:
         self._byes: set[str] = set()
         self.grace_s = config.grace_s
         self._heard: dict[str, tuple[float, int]] = {}  # worker -> (when, its step) last heard
+        self._quickest: dict[str, float] = {}  # worker -> its quickest delay (``_lag``)
         self.lost: dict[str, dict[str, Any]] = {}  # workers silent beyond the grace period
         self._silent: dict[str, dict[str, Any]] = {}  # workers silent for 3 heartbeats or more
         self._windows: dict[int, dict[int, Window]] = {}
@@ -304,11 +305,23 @@ class Coordinator:
                 log.warning("%s is heard again (step %d)", sender, step)
                 self.log.write("event", {"event": "worker_back", "sender": sender, "step": step})
 
+    def _lag(self, sender: str, delay: float) -> float:
+        """How much later than its quickest message this one of ``sender`` is handled. The
+        coordinator runs on what training leaves idle and may handle a backlog seconds late;
+        a frozen worker's last messages must not count as heard then. The quickest delay seen
+        (which holds the hosts' clock offset) drifts toward later ones, so a clock step is
+        absorbed within a minute of heartbeats."""
+        quickest = self._quickest.get(sender, delay)
+        quickest = min(delay, quickest + 0.05 * (delay - quickest))
+        self._quickest[sender] = quickest
+        return delay - quickest
+
     def _handle(self, identity: bytes, message: Message) -> None:
         self._peers[identity] = message.sender
         step = message.body.get("step", -1) if message.type == "alive" else \
             self._heard.get(message.sender, (0.0, -1))[1]
-        self._heard[message.sender] = (time.monotonic(), step if isinstance(step, int) else -1)
+        heard = time.monotonic() - self._lag(message.sender, time.time() - message.ts)
+        self._heard[message.sender] = (heard, step if isinstance(step, int) else -1)
         if message.type == "alive":
             return
         if message.type != "report":

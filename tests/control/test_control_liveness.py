@@ -65,6 +65,37 @@ def test_a_silent_worker_is_lost_after_the_grace_period_and_back_when_heard(
     assert events.count("worker_lost") == 1 and events.count("worker_back") == 1
 
 
+def test_messages_handled_late_count_as_heard_when_they_were_sent(tmp_path: Path) -> None:
+    """A coordinator short of CPU works through a backlog: a message sent 4 s before it is
+    handled (its delay 4 s beyond the sender's quickest) counts as heard 4 s ago, so a worker
+    frozen since is named silent; a steady clock offset between the hosts counts for
+    nothing."""
+    config = Config(grace_s=30, tuner="observe")
+    clock = {"offset": 20.0}  # worker1's clock runs 20 s behind the coordinator's
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
+                              secret=KEY, heartbeat_s=0.2,
+                              decision_log=DecisionLog(tmp_path / "d.jsonl")).start()
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.connect(coordinator.endpoint)
+    signer = Signer(secret=KEY, sender="worker1",
+                    clock=lambda: time.time() - clock["offset"])
+    try:
+        peer.send_multipart(signer.sign("alive", {"rank": 1, "step": 7}))
+        _until(lambda: "worker1" in coordinator._heard, 5, "the coordinator never heard worker1")
+        assert time.monotonic() - coordinator._heard["worker1"][0] < 0.5  # the offset: none
+        clock["offset"] += 4.0  # sent 4 s before it is handled
+        peer.send_multipart(signer.sign("alive", {"rank": 1, "step": 8}))
+        _until(lambda: coordinator._heard["worker1"][1] == 8, 5, "step 8 never heard")
+        assert 3.5 < time.monotonic() - coordinator._heard["worker1"][0] < 4.5
+        _until(lambda: "worker1" in coordinator._silent, 3, "worker1 never named silent")
+    finally:
+        coordinator.close()
+        peer.close(0)
+        ctx.term()
+
+
 def test_a_worker_that_said_bye_is_not_lost(tmp_path: Path) -> None:
     config = Config(grace_s=1.0, tuner="observe")
     coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config,

@@ -250,7 +250,7 @@ def test_two_devices_per_worker_match_native(tmp_path: Path, native_refs: Native
     assert layouts[:7] == [4 << 10] * 2 + [0] * 2 + [4 << 20] * 2 + [4 << 10]
 
 
-@pytest.mark.parametrize(("workers", "servers"), [(2, 1), (2, 2)])
+@pytest.mark.parametrize(("workers", "servers"), [(2, 1), (2, 2), (3, 2)])
 def test_two_bit_compression_matches_native_across_switches(
         tmp_path: Path, native_refs: NativeRefs, workers: int, servers: int) -> None:
     """MXNet's 2-bit compression (the Trainer's compression_params, the optimizer on the
@@ -260,7 +260,9 @@ def test_two_bit_compression_matches_native_across_switches(
     worker program, ``emulate_two_bit`` says why). The threshold is small enough that most
     elements go out only later, through their residuals. The reference runs one server
     whatever the job runs: the sums are the same, and native's emulated compression with two
-    servers gave another result now and then under CPU contention (``emulate_two_bit``)."""
+    servers gave another result now and then under CPU contention (``emulate_two_bit``).
+    With 3 workers the servers add in arrival order: within float32 rounding of native,
+    bitwise across workers."""
     args = (*MLP, "--steps", "10", "--compression", "0.01", "--update-on-kvstore", "0")
     want = native_refs.get(*args, workers=workers, servers=1)
     plain = native_refs.get(*MLP, "--steps", "10", "--update-on-kvstore", "0",
@@ -270,7 +272,8 @@ def test_two_bit_compression_matches_native_across_switches(
                   "--switch", "5:4KiB:8KiB:1", workers=workers, servers=servers)
     assert_ok(job)
     for rank in range(workers):
-        assert_same(job.params(rank), want.params(rank), exact=True)
+        assert_same(job.params(rank), want.params(rank), exact=workers == 2)
+        assert_same(job.params(rank), job.params(0), exact=True)
         assert any(not np.array_equal(want.params(rank)[n], plain.params(rank)[n])
                    for n in want.params(rank))  # compression changed the result
     layouts = [s["config"]["partition_bytes"] if s["config"]["scheduling"] else 0
