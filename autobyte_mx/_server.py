@@ -28,7 +28,8 @@ Saving and loading the state needs no push (rank 0 alone calls it, as users call
 state (Adam's mean, say) into the stored arrays of keys it last updated (``export``, the
 weights put aside), rank 0 pulls them, and a last message puts the weights back
 (``restore``). To load, the message carries the states (``load``) and every server takes them
-whole; a job started anew (a new token) with the optimizer loaded keeps its update counts.
+whole; a job started anew (a new token, the old one dropped) with the optimizer loaded keeps
+its update counts.
 
 Messages come from rank 0 as pickles of this class (the server unpickles whatever
 ``set_optimizer`` sends); a job's messages share a ``token``, and the server keeps the state of
@@ -98,7 +99,7 @@ class ServerOptimizer(opt.Optimizer):  # type: ignore[misc]
                  blocks: Mapping[int, Block] | None = None,
                  refresh: Iterable[int] = (), sums: Iterable[int] = (),
                  export: tuple[int, Iterable[int]] | None = None, restore: Iterable[int] = (),
-                 load: str = "") -> None:
+                 load: str = "", drop: str = "") -> None:
         super().__init__()
         self.aggregate_num = 0  # one key per call: the Updater must not batch keys
         self.inner = inner
@@ -110,9 +111,11 @@ class ServerOptimizer(opt.Optimizer):  # type: ignore[misc]
                                                                           export[1]))
         self.restore = sorted(int(k) for k in restore)
         self.load = load  # base64 of a pickle: {tensor: its state as flat numpy arrays}
+        self.drop = drop  # the token of a job this one replaces (an optimizer loaded)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
+        _JOBS.pop(self.drop, None)
         job = _JOBS.get(self.token)
         if job is None:
             job = _JOBS[self.token] = _Job(self.inner)

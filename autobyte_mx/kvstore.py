@@ -253,9 +253,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._flush()
         self._wait_for_step(self._step)
         if optimizer is not None:
-            self._optimizer = optimizer
+            old, self._optimizer = self._token, optimizer
             self._token = uuid.uuid4().hex  # the servers start a job with it, counts included
-            self._send(blocks={k: v for g in self._groups for k, v in g.pieces().items()})
+            self._send(blocks={k: v for g in self._groups for k, v in g.pieces().items()},
+                       drop=old)
         self._send(load=data)
 
     @property

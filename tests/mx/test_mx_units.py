@@ -651,6 +651,10 @@ def test_the_server_exports_restores_and_loads_the_state_of_its_keys() -> None:
     _on_server(ServerOptimizer(adam, token, export=(1, [1, 2])))
     got = np.concatenate([stored[1].asnumpy(), stored[2].asnumpy()])
     assert np.array_equal(got, halved["a"][1].asnumpy())
+    from autobyte_mx._server import _JOBS
+
+    _on_server(ServerOptimizer(adam, "job-loaded", blocks=blocks, drop=token))
+    assert "job-loaded" in _JOBS and token not in _JOBS  # the job it replaces is gone
     with pytest.raises(ConfigError, match="key 'a' holds \\[5, 5\\] elements, its weight 6"):
         wire(halved, {"a": 6})
 
