@@ -154,6 +154,10 @@ class Group:
             size = sum(s.size for s in block.segments)
             self.buffers.append(Buffer(new_key(block.server), block, zeros(size, dtype),
                                        block_name(names, block)))
+        # fixed once made; the native path reads them for every tensor of every step
+        self.keys: list[int] = [b.key for b in self.buffers]
+        self.arrays: list[Any] = [b.array for b in self.buffers]
+        self.names: list[str] = [b.name for b in self.buffers]
         self.slots: list[list[Slot]] = [[] for _ in self.tensors]
         self.members: list[tuple[int, ...]] = []
         for block, buffer in zip(self.layout.blocks, self.buffers, strict=True):
@@ -168,18 +172,6 @@ class Group:
             slots.sort(key=lambda slot: slot.segment.start)
         self.blocks_of: list[tuple[int, ...]] = [tuple(s.block for s in slots)
                                                  for slots in self.slots]
-
-    @property
-    def keys(self) -> list[int]:
-        return [b.key for b in self.buffers]
-
-    @property
-    def arrays(self) -> list[Any]:
-        return [b.array for b in self.buffers]
-
-    @property
-    def names(self) -> list[str]:
-        return [b.name for b in self.buffers]
 
     def pieces(self) -> dict[int, tuple[int, tuple[tuple[Hashable, int, int, int], ...]]]:
         """Native key -> (this group's id, its (tensor key, tensor size, start, stop) in

@@ -49,6 +49,7 @@ __all__ = ["MAX_LANES", "START", "Block", "Layout", "Pin", "Scheduler", "Segment
 
 ARCHS = ("allreduce", "ps")
 MAX_LANES = 32  # more concurrent collectives than this only adds executor overhead
+_UNBOUNDED = 1 << 62  # a partition or element count no block reaches
 # Where a job starts: native, since before compute and communication are measured no plan
 # can know that scheduling pays (a fast model on few blocks loses up to a quarter with it);
 # the loop's guard measures the meta-network's pick once its gain pays for the switch. The
@@ -159,7 +160,7 @@ def make_layout(tensors: Sequence[TensorSpec], config: Config, *, arch: str = "a
             cuts += [(server, c) for c in _cut(specs, runs, config.partition_bytes, max_items)]
         else:  # each range whole, as the framework sends each tensor
             for run in runs:
-                cuts += [(server, c) for c in _cut(specs, [run], 1 << 62, max_items)]
+                cuts += [(server, c) for c in _cut(specs, [run], _UNBOUNDED, max_items)]
     cuts.sort(key=lambda sc: (sc[1][0].tensor, sc[1][0].start))
     blocks = tuple(Block(j, segs, sum(s.size * specs[s.tensor].itemsize for s in segs), server)
                    for j, (server, segs) in enumerate(cuts))
@@ -198,7 +199,7 @@ def _cut(tensors: Sequence[TensorSpec], runs: Sequence[Run], partition: int,
     blocks: list[tuple[Segment, ...]] = []
     segments: list[Segment] = []
     used = items = 0
-    limit = max_items or 1 << 62
+    limit = max_items or _UNBOUNDED
     for index, start, stop in runs:
         item = tensors[index].itemsize
         if segments and tensors[segments[0].tensor].dtype != tensors[index].dtype:
