@@ -8,7 +8,8 @@ Every experiment trains real jobs (the adapters' demo workers, 2 workers on the 
   bo-static  the configuration Bayesian optimisation picks from the measured grid (tuned
              before the run, a fixed budget of evaluations), then fixed
   grid       the best configuration of a measured sweep over the grid
-  autobyte   live tuning with the meta-network, from the default configuration
+  autobyte   AutoByte as shipped (its defaults: from native, live meta tuning); the
+             convergence experiment alone starts it from the grid's worst configurations
 
 The grid is measured in one job per (framework, model, rate) that switches through every
 configuration (``--sweep``), each for two windows (the first after a switch left out); BO runs
@@ -270,8 +271,7 @@ def joining(plan: Plan) -> Result:
     rows: list[dict[str, Any]] = []
     for method in ("bo-static", "autobyte"):
         specs = [JobSpec(f"join-{method}-{i}", model=model, steps=steps, window=plan.window,
-                         tuner="meta" if method == "autobyte" else "none",
-                         start=DEFAULT if method == "autobyte" else bo_pick,
+                         tuner="none", start=bo_pick, shipped=method == "autobyte",
                          join_at=None if i == 0 else joins[i - 1]) for i in range(3)]
         runs = run_jobs(specs, rate=rate, out=plan.out / "jobs")
         for i, run in enumerate(runs):
@@ -307,7 +307,7 @@ def sweep(plan: Plan) -> Result:
                                 rate=rate, out=plan.out / "jobs")[0]
                 auto = run_jobs([JobSpec(f"sw-auto-{framework[:2]}-{model}-{rate}",
                                          framework=framework, model=model, steps=plan.steps,
-                                         window=plan.window, tuner="meta", start=DEFAULT)],
+                                         window=plan.window, shipped=True)],
                                 rate=rate, out=plan.out / "jobs")[0]
                 row: dict[str, Any] = {
                     "framework": framework, "model": model, "rate": rate,
@@ -344,8 +344,8 @@ def overhead(plan: Plan) -> Result:
     _, measured = _grid(plan, "tensorflow", "cnn", rate)
     best_label, best = _best(measured)
     _, bo_evals = bo_static(measured, plan)
-    auto = run_jobs([JobSpec("ovh-autobyte", steps=steps, window=plan.window, tuner="meta",
-                             start=DEFAULT)], rate=rate, out=plan.out / "jobs")[0]
+    auto = run_jobs([JobSpec("ovh-autobyte", steps=steps, window=plan.window, shipped=True)],
+                    rate=rate, out=plan.out / "jobs")[0]
     final = _parse_label(auto.windows[-1].config)
     fixed = run_jobs([JobSpec("ovh-fixed", steps=steps, window=plan.window, start=final)],
                      rate=rate, out=plan.out / "jobs")[0]

@@ -27,7 +27,11 @@ The gain is measured against the predicted speed of the configuration in force w
 predictor is accurate (a bias shared by all candidates cancels), and against the observed speed
 when it is not. A window whose prediction missed, without adaptation yet, never switches: the
 candidates' predictions may be as stale as the one that just missed; when it asks for
-adaptation, past measurements (``Candidate.measured``) no longer count.
+adaptation, past measurements (``Candidate.measured``) no longer count. Within
+``adapt_cooldown`` of an adaptation a miss does not hold the job: the predictor has just fitted
+this job's windows, so what it still misses is its error on this job, not a change (on a model
+it never saw that error stays above 10%, and waiting would freeze the job until the cooldown
+ends).
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ class ThresholdTrigger(Trigger):
         if observed <= 0:
             return Verdict("stay", current, "no measured steps in this window", error=error,
                            adapt=adapt)
-        if self._misses:
+        if self._misses and not self._cooling():
             return Verdict("stay", current, f"prediction off by {error:.0%}: waiting a window to "
                            "see whether conditions changed", None, error, adapt)
         others = [c for c in candidates if knobs(c.config) != knobs(current)
@@ -144,13 +148,16 @@ class ThresholdTrigger(Trigger):
         self._windows_seen += 1
         error = abs(predicted - observed) / observed
         self._misses = self._misses + 1 if error > self.adapt_threshold else 0
-        cooling = self._adapted_at is not None and \
-            self._windows_seen - self._adapted_at < self.adapt_cooldown
-        if self._misses >= self.adapt_patience and not cooling:
+        if self._misses >= self.adapt_patience and not self._cooling():
             self._misses = 0
             self._adapted_at = self._windows_seen
             return error, True
         return error, False
+
+    def _cooling(self) -> bool:
+        """Within ``adapt_cooldown`` windows of the last adaptation request."""
+        return self._adapted_at is not None and \
+            self._windows_seen - self._adapted_at < self.adapt_cooldown
 
     def _remembered(self, left_at: int) -> bool:
         return self.memory_windows is None or self._window - left_at <= self.memory_windows

@@ -73,6 +73,24 @@ def test_adaptation_is_asked_at_most_once_per_adapt_cooldown_windows() -> None:
         ThresholdTrigger(adapt_cooldown=-1)
 
 
+def test_a_miss_right_after_an_adaptation_does_not_hold_the_job() -> None:
+    # A model 15% off on this job whatever it adapts: after it adapted, the misses are its
+    # error, so the gain is judged against the observed speed instead of waiting a window.
+    t = ThresholdTrigger(cooldown_windows=0, adapt_patience=2, adapt_cooldown=6)
+    verdicts = [t.decide(current=A, observed=100, predicted_current=115,
+                         candidates=[Candidate(B, 140.0)]) for _ in range(3)]
+    assert [v.action for v in verdicts] == ["stay", "switch", "switch"]
+    assert "prediction off" in verdicts[0].reason and verdicts[1].adapt
+    assert not verdicts[2].adapt and verdicts[2].gain == pytest.approx(0.4)
+    # Once the cooldown is over, a miss is again a sign that conditions changed.
+    t = ThresholdTrigger(cooldown_windows=0, adapt_patience=2, adapt_cooldown=1)
+    for _ in range(2):
+        t.decide(current=A, observed=100, predicted_current=115, candidates=[])
+    v = t.decide(current=A, observed=100, predicted_current=115,
+                 candidates=[Candidate(B, 140.0)])
+    assert v.action == "stay" and "waiting a window" in v.reason
+
+
 def test_when_predictor_is_off_gain_uses_observed_speed() -> None:
     t = ThresholdTrigger(cooldown_windows=0, adapt_patience=2)
     first = t.decide(current=A, observed=100, predicted_current=200,
