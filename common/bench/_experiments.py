@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from common.bench._jobs import JobRun, JobSpec, knobs_label, run_jobs
+from common.progress import NATIVE
 
 __all__ = ["EXPERIMENTS", "Plan", "Result", "bo_static", "grid_configs"]
 
@@ -124,6 +125,8 @@ def _best(measured: dict[str, float]) -> tuple[str, float]:
 def _parse_label(label: str) -> tuple[int, int]:
     from common.units import parse_bytes
 
+    if label == "native":
+        return NATIVE
     p, c = label.split(":")
     return parse_bytes(p, "partition"), parse_bytes(c, "credit")
 

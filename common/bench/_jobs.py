@@ -91,7 +91,9 @@ class JobSpec:
             return env
         env["AUTOBYTE_TUNER"] = "observe" if self.sweep else self.tuner
         env["AUTOBYTE_WINDOW_STEPS"] = str(self.window)
-        if self.start is not None:
+        if self.start == NATIVE:
+            env["AUTOBYTE_SCHEDULING"] = "false"
+        elif self.start is not None:
             env["AUTOBYTE_PARTITION_BYTES"] = str(self.start[0])
             env["AUTOBYTE_CREDIT_BYTES"] = str(self.start[1])
         return env

@@ -90,16 +90,21 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  wrote {csv_path}" + (f" and {png}" if result.plot is not None else ""))
         summary += [f"## {name}", "", "```", result.table, "```", "",
                     *[f"- {n}" for n in result.notes], ""]
+        if args.experiment == "all":  # after each experiment: an interrupted run keeps them
+            _write_summary(out, summary)
     took = time.perf_counter() - started
     print(f"\nautobyte bench {args.experiment}: {took / 60:.1f} min")
     if args.experiment == "all":
-        summary.append(f"Took {took / 60:.1f} min.")
-        (out / "SUMMARY.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+        _write_summary(out, [*summary, f"Took {took / 60:.1f} min."])
         print(f"wrote {out / 'SUMMARY.md'}")
     if failed:
         print(f"autobyte bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_summary(out: Path, lines: list[str]) -> None:
+    (out / "SUMMARY.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _scale(out: Path, quick: bool) -> list[str]:

@@ -8,8 +8,17 @@ from pathlib import Path
 import pytest
 
 from common.bench import JobRun, JobSpec, Window, knobs_label
-from common.bench._experiments import Plan, _fmt, bo_static, grid_configs, steady, throughput
+from common.bench._experiments import (
+    Plan,
+    _fmt,
+    _parse_label,
+    bo_static,
+    grid_configs,
+    steady,
+    throughput,
+)
 from common.commands.bench import _write_csv
+from common.progress import NATIVE
 
 K = 1024
 
@@ -21,6 +30,12 @@ def _measured(plan: Plan, best: tuple[int, int]) -> dict[str, float]:
         distance = abs(p.bit_length() - best[0].bit_length()) + abs(c // p - best[1] // best[0])
         out[knobs_label(p, c)] = 1000.0 / (1 + distance)
     return out
+
+
+def test_a_label_reads_back_as_its_knobs_native_included() -> None:
+    # AutoByte as shipped may end a job on native, and the overhead experiment reruns the end
+    for knobs in (NATIVE, (64 * K, 256 * K)):
+        assert _parse_label(knobs_label(*knobs)) == knobs
 
 
 def test_grid_is_the_product_of_partitions_and_multiples() -> None:

@@ -12,7 +12,7 @@ from common.bench._jobs import _short
 from common.config import Config
 from common.control import make_tuner
 from common.errors import ConfigError
-from common.progress import parse_sweep, sweep_config
+from common.progress import NATIVE, parse_sweep, sweep_config
 
 K = 1024
 
@@ -61,6 +61,13 @@ def test_job_spec_rejects_what_cannot_run(tmp_path: Path) -> None:
     Config.from_env(spec.env(tmp_path))  # every knob the job gets is valid
     shipped = JobSpec("x", tuner="meta", start=None).env(tmp_path)  # the adapter's own start
     assert "AUTOBYTE_PARTITION_BYTES" not in shipped and "AUTOBYTE_CREDIT_BYTES" not in shipped
+
+
+def test_a_job_can_start_native(tmp_path: Path) -> None:
+    env = JobSpec("x", start=NATIVE).env(tmp_path)
+    assert not Config.from_env(env).scheduling
+    assert not Config.from_env(env, start={"partition_bytes": "1MiB"}).scheduling
+    assert Config.from_env(JobSpec("x", start=(K * K, K * K)).env(tmp_path)).scheduling
 
 
 def test_short_config_labels() -> None:
