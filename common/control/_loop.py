@@ -261,6 +261,8 @@ class TuningLoop:
             self.log.write("event", {"event": "guard", "reason": guarded.reason,
                                      "instead_of": verdict.action,
                                      "instead_config": verdict.config})
+            if verdict.action == "switch":
+                self.trigger.withdraw()
             verdict = guarded
         decision = self._decide(obs, verdict)
         self.log.write("window", {

@@ -81,3 +81,7 @@ class Trigger(abc.ABC):
 
     def reset(self) -> None:  # noqa: B027 - optional hook; stateless policies need nothing
         """Forget the past (e.g. after the environment changed and the tuner restarted)."""
+
+    def withdraw(self) -> None:  # noqa: B027 - optional hook; stateless policies need nothing
+        """The switch last decided was not made (the coordinator's guard overruled it): it
+        must not start a cooldown or count as leaving the configuration in force."""

@@ -83,12 +83,14 @@ class ThresholdTrigger(Trigger):
         self._left: dict[tuple[int, int, bool], tuple[int, int]] = {}
         self._pending: tuple[int, int, bool] | None = None
         self._explored = 0
+        self._undo: tuple[tuple[int, int, bool], tuple[int, int] | None, int] | None = None
 
     def decide(self, *, current: Config, observed: float, predicted_current: float | None,
                candidates: Sequence[Candidate], switch_cost_s: float = 0.0,
                horizon_s: float | None = None) -> Verdict:
         self._window += 1
         self._since_switch += 1
+        self._undo = None
         error, adapt = self._check_prediction(observed, predicted_current)
         if observed <= 0:
             return Verdict("stay", current, "no measured steps in this window", error=error,
@@ -173,8 +175,20 @@ class ThresholdTrigger(Trigger):
                 error: float | None, adapt: bool, reason: str) -> Verdict:
         if action == "explore":
             return Verdict("explore", to.config, reason, gain, error, adapt)
-        at, times = self._left.get(knobs(current), (0, 0))
+        key = knobs(current)
+        self._undo = (key, self._left.get(key), self._since_switch)
+        at, times = self._left.get(key, (0, 0))
         recent = times and self._remembered(at)
-        self._left[knobs(current)] = (self._window, times + 1 if recent else 1)
+        self._left[key] = (self._window, times + 1 if recent else 1)
         self._since_switch = 0
         return Verdict("switch", to.config, reason, gain, error, adapt)
+
+    def withdraw(self) -> None:
+        if self._undo is None:
+            return
+        key, left, self._since_switch = self._undo
+        if left is None:
+            self._left.pop(key, None)
+        else:
+            self._left[key] = left
+        self._undo = None

@@ -299,6 +299,26 @@ def test_guard_leaves_a_configuration_that_became_slower_than_native(tmp_path: P
     assert any("below native's 90.0: to native" in r for r in reasons), reasons
 
 
+def test_a_switch_the_guard_bars_starts_no_cooldown_in_the_trigger(tmp_path: Path) -> None:
+    # On native, the model keeps ranking A (measured slower) 11% above it: the guard bars
+    # the trigger's switch every time, and the trigger, told so, never counts it as made.
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=PredictingTuner({**SPEED, NATIVE: 90.0}, [A]),
+                      trigger=ThresholdTrigger(gain_threshold=0.05), decision_log=log,
+                      explore_share=None)
+    current, pending = loop.current, None
+    for w in range(30):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+        speed = 90.0 if not current.scheduling else 80.0
+        pending = loop.on_observation(observation(current, speed, w * 10)) or pending
+    windows = [r for r in read_log(tmp_path / "d.jsonl") if r.get("type") == "window"]
+    barred = [i for i, r in enumerate(windows) if "guard: not switching to" in r["reason"]]
+    assert barred, [r["reason"] for r in windows]
+    assert not any("cooldown" in r["reason"] for r in windows[barred[0]:]), \
+        [r["reason"] for r in windows]
+
+
 def test_guard_measures_native_again_after_conditions_change() -> None:
     loop = TuningLoop(config=A, tuner=PredictingTuner(SPEED, [A, B]), trigger=ThresholdTrigger())
     _run(loop, 6, {**SPEED, NATIVE: 90.0})

@@ -110,6 +110,25 @@ def test_cooldown_blocks_switch_right_after_a_switch() -> None:
     assert actions == ["stay", "stay", "switch"]
 
 
+def test_a_withdrawn_switch_starts_no_cooldown_and_leaves_nothing() -> None:
+    t = ThresholdTrigger(cooldown_windows=2, hysteresis=0.05)
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(B, 120.0)]).action == "switch"
+    t.withdraw()  # the guard kept A: the next window may switch, and A has no hysteresis
+    assert t.decide(current=A, observed=100, predicted_current=100,
+                    candidates=[Candidate(C, 120.0)]).action == "switch"
+    assert t.decide(current=C, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 130.0)]).action == "stay"  # cooldown after C
+    t.decide(current=C, observed=100, predicted_current=100, candidates=[])
+    back = t.decide(current=C, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 112.0)])
+    # A was left once (to C), not twice: 5% + 5% needed, not 5% + 10%
+    assert back.action == "stay" and "> 10.0%: confirm" in back.reason
+    t.withdraw()  # after a stay: nothing to take back
+    assert t.decide(current=C, observed=100, predicted_current=100,
+                    candidates=[Candidate(A, 112.0)]).action == "switch"
+
+
 def test_hysteresis_makes_going_back_harder() -> None:
     t = ThresholdTrigger(gain_threshold=0.05, hysteresis=0.05, cooldown_windows=0)
     assert t.decide(current=A, observed=100, predicted_current=100,
