@@ -163,7 +163,8 @@ class TuningAgent:
         if self._link is None:
             return ""
         said = [f"the coordinator has not heard {sender} for {info.get('silent_s', 0):.0f} s "
-                f"(last at step {info.get('step', -1)})"
+                + ("(never since it started)" if info.get("step") is None else
+                   f"(last at step {info['step']})")
                 for sender, info in sorted(self._link.silent.items())]
         quiet = time.monotonic() - self._link.last_heard
         if quiet > 3 * self._heartbeat_s:

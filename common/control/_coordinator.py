@@ -102,6 +102,7 @@ class Coordinator:
                                "tuner": self.tuner_name,
                                "trigger": type(trig).__name__, "endpoint": self.endpoint,
                                "session": self._signer.session})
+        self._listening = time.monotonic()  # a worker never heard is silent since then
         log.info("coordinator listening on %s for %d worker(s)", self.endpoint, num_workers)
 
     def start(self) -> Coordinator:
@@ -286,9 +287,14 @@ class Coordinator:
     def _check_peers(self, now: float) -> None:
         """Say once when a worker has been silent beyond the grace period (dead, frozen or cut
         off: its link thread sends every heartbeat, also while training blocks), and when it
-        is heard again. Heartbeats tell every worker who has been silent for three of them."""
+        is heard again. Heartbeats tell every worker who has been silent for three of them.
+        A worker never heard counts as silent since the coordinator started listening (step
+        None): one that froze before its first message reached a coordinator still starting
+        has its hello queued in its own frozen process."""
         self._silent = {}
-        for sender, (when, step) in self._heard.items():
+        never: dict[str, tuple[float, int | None]] = {
+            f"worker{rank}": (self._listening, None) for rank in range(self.num_workers)}
+        for sender, (when, step) in {**never, **self._heard}.items():
             silent = now - when
             if sender in self._byes:
                 continue
@@ -296,8 +302,8 @@ class Coordinator:
                 self._silent[sender] = {"step": step, "silent_s": round(silent, 1)}
             if silent > self.grace_s and sender not in self.lost:
                 self.lost[sender] = {"step": step, "silent_s": round(silent, 1)}
-                log.error("%s has not been heard for %.0f s (last at step %d): dead, frozen or "
-                          "cut off", sender, silent, step)
+                log.error("%s has not been heard for %.0f s (%s): dead, frozen or cut off",
+                          sender, silent, "never" if step is None else f"last at step {step}")
                 self.log.write("event", {"event": "worker_lost", "sender": sender,
                                          "step": step, "silent_s": silent})
             elif sender in self.lost and silent <= self.grace_s:

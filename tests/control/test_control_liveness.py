@@ -96,6 +96,28 @@ def test_messages_handled_late_count_as_heard_when_they_were_sent(tmp_path: Path
         ctx.term()
 
 
+def test_a_worker_never_heard_is_named_silent_since_the_coordinator_started(
+        tmp_path: Path) -> None:
+    """A worker frozen before its first message got through (its hello queued in its own
+    stopped process) is named like one gone silent, counted from when the coordinator began
+    listening."""
+    config = Config(grace_s=1.5, tuner="observe")
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
+                              secret=KEY, heartbeat_s=0.2).start()
+    agent = TuningAgent(rank=0, num_workers=2, config=config, endpoint=coordinator.endpoint,
+                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
+                        tuner=ScriptedTuner([]))
+    try:
+        _until(lambda: "worker1" in agent.peers(), 5, "worker0 never heard of worker1")
+        assert "the coordinator has not heard worker1 for" in agent.peers()
+        assert "(never since it started)" in agent.peers() and "worker0" not in agent.peers()
+        _until(lambda: "worker1" in coordinator.lost, 5, "worker1 was never declared lost")
+        assert coordinator.lost["worker1"]["step"] is None and "worker0" not in coordinator.lost
+    finally:
+        agent.close()
+        coordinator.close()
+
+
 def test_a_worker_that_said_bye_is_not_lost(tmp_path: Path) -> None:
     config = Config(grace_s=1.0, tuner="observe")
     coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config,
