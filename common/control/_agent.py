@@ -30,7 +30,7 @@ from common.control._hosted import HostedCoordinator
 from common.control._link import Link
 from common.control._loop import TunerLike
 from common.control._tuners import make_tuner
-from common.control._wire import SECRET_ENV, Signer, Verifier, secret_from_env
+from common.control._wire import SECRET_ENV, Signer, Verifier, secret_from_env, worker_name
 from common.decision_log import DecisionLog, default_log_path
 from common.errors import ConfigError
 from common.stats import StatsCollector, Window
@@ -133,7 +133,7 @@ class TuningAgent:
         self._ctx = zmq.Context()
         self._link = Link(
             ctx=self._ctx, endpoint=endpoint,
-            signer=Signer(secret=key, sender=f"worker{rank}"),
+            signer=Signer(secret=key, sender=worker_name(rank)),
             verifier=Verifier(secret=key, max_age_s=max_age_s, accept=("decision", "heartbeat")),
             hello={"rank": rank, "num_workers": num_workers, "config": config.to_dict(),
                    "lead_steps": lead_steps or 0},

@@ -24,7 +24,7 @@ import zmq
 
 from common.config import Config
 from common.control._loop import TunerLike, TuningLoop
-from common.control._wire import MAX_MESSAGE_BYTES, Message, Signer, Verifier
+from common.control._wire import MAX_MESSAGE_BYTES, Message, Signer, Verifier, worker_name
 from common.decision_log import DecisionLog
 from common.errors import ConfigError, ControlError
 from common.stats import Observation, Window, merge_windows
@@ -293,7 +293,7 @@ class Coordinator:
         has its hello queued in its own frozen process."""
         self._silent = {}
         never: dict[str, tuple[float, int | None]] = {
-            f"worker{rank}": (self._listening, None) for rank in range(self.num_workers)}
+            worker_name(rank): (self._listening, None) for rank in range(self.num_workers)}
         for sender, (when, step) in {**never, **self._heard}.items():
             silent = now - when
             if sender in self._byes:
@@ -350,7 +350,7 @@ class Coordinator:
             if window.num_workers != self.num_workers:
                 raise ControlError(f"malformed: window for {window.num_workers} workers, "
                                    f"this job has {self.num_workers}")
-            if message.sender != f"worker{window.rank}":
+            if message.sender != worker_name(window.rank):
                 raise ControlError(f"malformed: {message.sender} sent rank {window.rank}'s "
                                    "window")
             self._add(window)

@@ -36,6 +36,7 @@ __all__ = [
     "Verifier",
     "ensure_secret",
     "secret_from_env",
+    "worker_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,11 @@ MESSAGE_TYPES = ("hello", "report", "alive", "bye", "decision", "heartbeat")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SUMMARY_S = 10.0  # rejected messages beyond the first few are summed up at most this often
 _REASONS = ("forged", "replayed", "stale", "malformed")
+
+
+def worker_name(rank: int) -> str:
+    """The sender name a worker signs with, which the coordinator checks windows against."""
+    return f"worker{rank}"
 
 
 def ensure_secret(environ: MutableMapping[str, str] | None = None) -> str:

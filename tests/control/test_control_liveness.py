@@ -28,15 +28,21 @@ def _until(check: Any, within_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _coordinator_and_rank0(config: Config, num_workers: int, decision_log: DecisionLog | None = None
+                           ) -> tuple[Coordinator, TuningAgent]:
+    """A coordinator (heartbeats every 0.2 s) and rank 0's agent talking to it."""
+    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=num_workers, config=config,
+                              secret=KEY, heartbeat_s=0.2, decision_log=decision_log).start()
+    agent = TuningAgent(rank=0, num_workers=num_workers, config=config,
+                        endpoint=coordinator.endpoint, secret=KEY, host_coordinator=False,
+                        heartbeat_s=0.2, tuner=ScriptedTuner([]))
+    return coordinator, agent
+
+
 def test_a_silent_worker_is_lost_after_the_grace_period_and_back_when_heard(
         tmp_path: Path) -> None:
-    config = Config(grace_s=1.5, tuner="observe")
-    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
-                              secret=KEY, heartbeat_s=0.2,
-                              decision_log=DecisionLog(tmp_path / "d.jsonl")).start()
-    agent = TuningAgent(rank=0, num_workers=2, config=config, endpoint=coordinator.endpoint,
-                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
-                        tuner=ScriptedTuner([]))
+    coordinator, agent = _coordinator_and_rank0(Config(grace_s=1.5, tuner="observe"), 2,
+                                                DecisionLog(tmp_path / "d.jsonl"))
     ctx = zmq.Context()
     peer = ctx.socket(zmq.DEALER)
     peer.setsockopt(zmq.LINGER, 0)
@@ -101,12 +107,7 @@ def test_a_worker_never_heard_is_named_silent_since_the_coordinator_started(
     """A worker frozen before its first message got through (its hello queued in its own
     stopped process) is named like one gone silent, counted from when the coordinator began
     listening."""
-    config = Config(grace_s=1.5, tuner="observe")
-    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=2, config=config,
-                              secret=KEY, heartbeat_s=0.2).start()
-    agent = TuningAgent(rank=0, num_workers=2, config=config, endpoint=coordinator.endpoint,
-                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
-                        tuner=ScriptedTuner([]))
+    coordinator, agent = _coordinator_and_rank0(Config(grace_s=1.5, tuner="observe"), 2)
     try:
         _until(lambda: "worker1" in agent.peers(), 5, "worker0 never heard of worker1")
         assert "the coordinator has not heard worker1 for" in agent.peers()
@@ -119,12 +120,7 @@ def test_a_worker_never_heard_is_named_silent_since_the_coordinator_started(
 
 
 def test_a_worker_that_said_bye_is_not_lost(tmp_path: Path) -> None:
-    config = Config(grace_s=1.0, tuner="observe")
-    coordinator = Coordinator(bind="tcp://127.0.0.1:*", num_workers=1, config=config,
-                              secret=KEY, heartbeat_s=0.2).start()
-    agent = TuningAgent(rank=0, num_workers=1, config=config, endpoint=coordinator.endpoint,
-                        secret=KEY, host_coordinator=False, heartbeat_s=0.2,
-                        tuner=ScriptedTuner([]))
+    coordinator, agent = _coordinator_and_rank0(Config(grace_s=1.0, tuner="observe"), 1)
     try:
         _until(lambda: "worker0" in coordinator._heard, 5, "the coordinator never heard worker0")
         agent.close()  # says bye
