@@ -34,9 +34,11 @@ this job measured under the same conditions, the measurements decide: no predict
 unless the target measured faster beyond ``noise_band``. On native (where jobs start,
 ``common.plan.START``), the guard measures the model's pick for one window when the model ranks it
 above its own prediction of native by more than the gain threshold and half that gain (at most
-``PROBE_GAIN_CAP``) over the time trained so far pays for the switch (once per conditions): a model
-far off on an unseen job still ranks, but its speeds are too low for the trigger to ever leave
-native; the pick stays only if it measures faster than native beyond ``noise_band``. When the model
+``PROBE_GAIN_CAP``) over the time trained so far pays for a miss (the switches there and back, the
+window on the pick; once per conditions): a model far off on an unseen job still ranks, but its
+speeds are too low for the trigger to ever leave native; the pick stays only if it measures faster
+than native beyond ``noise_band``. The predicted gain funds this one try, not the exploration
+budget, which would hold it for minutes where a miss costs seconds of windows. When the model
 ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
 budget; after a miss, only a pick it still ranks above native once discounted by how far it
 overrated the miss (``_trial``). A configuration the guard left stays barred for ``veto_windows``
@@ -393,7 +395,7 @@ class TuningLoop:
             probe = self._probe(candidates, predicted_current) if native is not None else None
             ratio = 0.0 if probe is None else \
                 (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
-            if probe is not None and self.switch_cost_s <= \
+            if probe is not None and self._miss_s(1) <= \
                     PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.horizon_s:
                 self._probed = True
                 self._explored_from = self.current
@@ -560,7 +562,7 @@ class TuningLoop:
         if self._probed or not predicted_current or predicted_current <= 0:
             return None
         threshold = getattr(self.trigger, "gain_threshold", 0.05)
-        best = self._best_untried(candidates)
+        best = self._best_untried(candidates, budget=False)
         if best is None or (best.predicted or 0.0) <= predicted_current * (1.0 + threshold):
             return None
         return best
@@ -583,19 +585,21 @@ class TuningLoop:
             return None
         return best
 
-    def _best_untried(self, candidates: Sequence[Candidate]) -> Candidate | None:
+    def _best_untried(self, candidates: Sequence[Candidate], *,
+                      budget: bool = True) -> Candidate | None:
         """The model's best scheduled candidate this job has neither measured nor left under
-        the conditions in force, if a try from native (left after one window) may go there."""
+        the conditions in force, if a try from native (left after one window) may go there;
+        ``budget=False``: whether a miss fits the exploration budget is left to the caller."""
         ranked = [c for c in candidates if c.predicted is not None and c.config.scheduling
                   and self.measured(c.config) is None and knobs(c.config) not in self._vetoed
-                  and not self._barred(c.config, None, windows=1)]
+                  and not self._barred(c.config, None, windows=1, budget=budget)]
         return max(ranked, key=lambda c: c.predicted or 0.0, default=None)
 
     def _barred(self, config: Config, native: float | None, *,
-                windows: int | None = None) -> str:
+                windows: int | None = None, budget: bool = True) -> str:
         """Why the guard will not switch to ``config`` ('' if it may)."""
         measured = self.measured(config)
-        if measured is None and (short := self._unaffordable(windows)):
+        if measured is None and budget and (short := self._unaffordable(windows)):
             return short
         if self._misses >= MAX_MISSES and measured is None:
             return (f"the model's picks measured slower than native {self._misses} times under "
