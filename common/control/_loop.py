@@ -606,7 +606,8 @@ class TuningLoop:
                     "these conditions: only measured configurations until they change")
         left = self._vetoed.get(knobs(config))
         if left is not None and self._windows - left <= self.veto_windows:
-            return f"left for being slower than native {self._windows - left} window(s) ago"
+            return (f"the guard left it {self._windows - left} window(s) ago, measured no "
+                    "faster than what it was tried against")
         if native is not None and measured is not None and \
                 measured < native * (1.0 - self.noise_band):
             return f"measured {measured:.1f} samples/s, below native's {native:.1f}"
