@@ -758,6 +758,35 @@ def test_measurements_outlive_a_models_misses_and_decide_between_measured_config
     assert loop.measured(A) is None and loop.measured(native) == 100.0
 
 
+def test_the_measured_gain_funds_no_climb_each_waits_for_its_share_of_the_time() -> None:
+    """A job on B (1.5x native) whose first window on each configuration new to it carries a
+    2 s trace: a climb's miss is priced at 2.4 s (1.9 s of trace beyond its step, a quarter of
+    the window on the climb and of the lead's window), so the first climb waits until 2% of the
+    time trained covers it (120 s; in force a window later), although B's gain would have paid
+    for it within seconds, and the second until 2% covers both (240 s)."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=B, tuner=PredictingTuner(FLAT, [native, A, B, UP, DOWN]),
+                      trigger=ThresholdTrigger())
+    measured = {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 140.0,
+                knobs(DOWN): 145.0}
+    current, pending, seen, climbs = B, None, {knobs(B)}, []
+    for w in range(300):
+        warmup = 0.0
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            if knobs(current) not in seen:
+                seen.add(knobs(current))
+                warmup = 2.0
+                if current.scheduling:
+                    climbs.append(loop.trained_s)
+        pending = loop.on_observation(observation(
+            current, measured[knobs(current)], w * 10, warmup_steps=1 if warmup else 0,
+            warmup_s=warmup)) or pending
+    assert len(climbs) == 2 and 120.0 <= climbs[0] <= 123.0 and 240.0 <= climbs[1] <= 243.0, \
+        climbs
+    assert knobs(loop.current) == knobs(B)
+
+
 def test_no_climb_without_an_exploration_budget() -> None:
     _, ran = _climbing({NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 180.0,
                         knobs(DOWN): 120.0}, explore_share=None)
