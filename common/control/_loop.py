@@ -48,10 +48,12 @@ switched to until conditions change (a model far off keeps finding a new neighbo
 model-led move to an unmeasured configuration must also fit the exploration budget
 (``explore_share`` of the time trained, see ``_unaffordable``), and from a measured scheduled one
 it is judged as a climb is.
-On a scheduled configuration measured faster than native, the guard climbs within the same budget:
-it measures the neighbour the model ranks first for one window and keeps it only if it measures
-faster than where it began (``_climb``), so a model that found the right region but cannot rank
-within it still gets the job to a local best. A scheduled configuration kept for a gain below
+On a scheduled configuration measured faster than native, the guard climbs: it measures the
+neighbour the model ranks first for one window and keeps it only if it measures faster than where
+it began (``_climb``; each climb priced as a miss, all of them within ``explore_share`` of the time
+trained under the conditions in force, unfunded by the gain), so a model that found the right
+region but cannot rank within it still gets the job to a local best. A scheduled configuration
+kept for a gain below
 ``RECHECK_GAIN`` has native measured again beside it after ``RECHECK_S`` of training, then twice
 as long after each check it passes (``_recheck_due``): a phase of the machine can fake such a
 gain. The decision log says when the guard acted.
