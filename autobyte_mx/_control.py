@@ -1,95 +1,72 @@
-"""The control key: rank 0's configuration decision and a consistency check, summed by ps-lite.
+"""The step agreement's channel in MXNet: one ps-lite key every worker pushpulls each step.
 
-Every step each worker pushes a small float32 vector to one key and pulls the sum. Rank 0
-fills the proposal slots (the others write zeros), so the sum *is* rank 0's proposal, and all
-workers read it back and apply it at the same later step. Every worker also adds its own
-configuration fingerprint and step counter; a sum that is not ``num_workers`` times rank 0's
-value means the workers disagree, which would otherwise corrupt or deadlock the key layout.
-
-Values are split into base-4096 digits so each slot stays exact in float32.
+``common.agreement`` makes and reads the vector; this key carries it. Rank 0's plan head
+(``_pace``) rides as its payload. The vector is written around the engine (``_engine.host_view``):
+the last exchange was waited for, and an engine write would wait for the step's queued backward
+pass, holding back every gradient push of the step until then. Under 2-bit compression the
+values go as bits that compression keeps exact (``_compression.wire``).
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
+from typing import Any
 
-from common.config import Config
-from common.errors import ConfigError
+import mxnet as mx
+import numpy
+import numpy.typing as npt
 
-__all__ = ["SLOTS", "ControlMessage", "decode", "encode", "fingerprint"]
+from autobyte_mx import _engine
+from autobyte_mx._compression import unwire, wire
+from autobyte_mx._layout import CONTROL_KEY
+from autobyte_mx._transport import Transport
+from common.agreement import Agreed, Agreement
 
-_BASE = 4096
-(_HAS, _P_HI, _P_LO, _C_HI, _C_LO, _SCHED, _FP0, _FP_ALL, _STEP0, _STEP_ALL, _COUNT,
- _HEAD_HAS, _HEAD_HI, _HEAD_LO) = range(14)
-SLOTS = 14
-_STEP_MOD = 4096
-
-
-def fingerprint(config: Config) -> int:
-    """A small number (< 65521) that differs when the communicated knobs differ."""
-    text = f"{config.partition_bytes}:{config.credit_bytes}:{int(config.scheduling)}"
-    return zlib.crc32(text.encode()) % 65521
+__all__ = ["ControlKey"]
 
 
-@dataclass(frozen=True, slots=True)
-class ControlMessage:
-    """What the summed control vector says: rank 0's proposal, if any, and its plan head."""
+class ControlKey:
+    """Sends this worker's agreement vector each step and takes the sum a step later."""
 
-    partition_bytes: int | None
-    credit_bytes: int | None
-    scheduling: bool | None
-    head_bytes: int | None = None
+    def __init__(self, agreement: Agreement, *, transport: Transport,
+                 threshold: float | None) -> None:
+        self._agreement = agreement
+        self._transport = transport
+        self._threshold = threshold  # 2-bit compression's, or None
+        self._array: Any = None
+        self._view: Any = None
+        self._sent = False
 
-    def apply_to(self, config: Config) -> Config | None:
-        """The proposed config built on ``config``; None when nothing was proposed."""
-        if self.partition_bytes is None:
+    def handshake(self, kv: Any) -> None:
+        """Once, before any other key: create the key and check the workers agree."""
+        first = self._wire(self._agreement.vector(0, due_at=0, payload_len=1))
+        self._array = mx.nd.zeros(first.shape)
+        kv.init(CONTROL_KEY, self._array)
+        self._array[:] = mx.nd.array(first)
+        self._transport.exchange([CONTROL_KEY], [self._array])
+        self._agreement.take(self._unwire(self._array.asnumpy()))
+        self._view = _engine.host_view(self._array)
+
+    def send(self, step: int, *, head_bytes: int | None, priority: int) -> None:
+        """Step ``step``'s vector, for the switch at the next step."""
+        payload = None if head_bytes is None else [head_bytes]
+        self._view[:] = self._wire(self._agreement.vector(step, due_at=step + 1,
+                                                          payload=payload, payload_len=1))
+        self._transport.exchange([CONTROL_KEY], [self._array], priority=priority)
+        self._sent = True
+
+    def take(self) -> Agreed | None:
+        """The sum of the last vector sent (waits for it); None before the first."""
+        if not self._sent:
             return None
-        new = config.replace(partition_bytes=self.partition_bytes,
-                             credit_bytes=self.credit_bytes, scheduling=self.scheduling)
-        return None if new == config else new
+        return self._agreement.take(self._unwire(self._array.asnumpy()))
 
+    def _wire(self, values: list[float]) -> npt.NDArray[numpy.float32]:
+        if self._threshold is None:
+            return numpy.asarray(values, dtype=numpy.float32)
+        return wire(values, self._threshold)
 
-def encode(*, rank: int, config: Config, step: int, proposal: Config | None,
-           head_bytes: int | None = None) -> list[float]:
-    """This worker's control vector. ``head_bytes``: rank 0's measured plan head (``_plan``)."""
-    values = [0.0] * SLOTS
-    mine = fingerprint(config)
-    values[_FP_ALL] = float(mine)
-    values[_STEP_ALL] = float(step % _STEP_MOD)
-    values[_COUNT] = 1.0
-    if rank == 0:
-        values[_FP0] = float(mine)
-        values[_STEP0] = float(step % _STEP_MOD)
-        if head_bytes is not None:
-            values[_HEAD_HAS] = 1.0
-            values[_HEAD_HI], values[_HEAD_LO] = divmod(max(0, min(head_bytes, 2**40)), _BASE)
-        if proposal is not None:
-            values[_HAS] = 1.0
-            values[_P_HI], values[_P_LO] = divmod(proposal.partition_bytes, _BASE)
-            values[_C_HI], values[_C_LO] = divmod(proposal.credit_bytes, _BASE)
-            values[_SCHED] = 1.0 if proposal.scheduling else 0.0
-    return values
+    def _unwire(self, summed: npt.NDArray[numpy.float32]) -> list[float]:
+        if self._threshold is None:
+            return [float(x) for x in summed]
+        return unwire(summed, self._threshold)
 
-
-def decode(values: list[float], *, num_workers: int, rank: int, config: Config) -> ControlMessage:
-    """Check agreement and return rank 0's proposal; ConfigError if the workers disagree."""
-    v = [round(x) for x in values]
-    if v[_COUNT] != num_workers:
-        raise ConfigError(f"control key summed {v[_COUNT]} workers, expected {num_workers}: "
-                          "a worker is not running AutoByte, or runs a different key layout")
-    if v[_FP_ALL] != num_workers * v[_FP0]:
-        raise ConfigError(
-            "workers disagree on the AutoByte configuration (partition_bytes, credit_bytes, "
-            f"scheduling): rank {rank} has {config.describe()} (fingerprint "
-            f"{fingerprint(config)}), rank 0 has fingerprint {v[_FP0]}; give every worker the "
-            "same AUTOBYTE_* variables and keyword arguments")
-    if v[_STEP_ALL] != num_workers * v[_STEP0]:
-        raise ConfigError(
-            f"workers are at different steps (rank {rank} differs from rank 0): every worker "
-            "must call pushpull for the same keys every step")
-    head = v[_HEAD_HI] * _BASE + v[_HEAD_LO] if v[_HEAD_HAS] else None
-    if not v[_HAS]:
-        return ControlMessage(None, None, None, head)
-    return ControlMessage(v[_P_HI] * _BASE + v[_P_LO], v[_C_HI] * _BASE + v[_C_LO],
-                          bool(v[_SCHED]), head)

@@ -14,7 +14,7 @@ from typing import Any
 
 from mxnet.base import _LIB, NDArrayHandle, check_call
 
-__all__ = ["Calls", "PushPull"]
+__all__ = ["Calls", "PushPull", "Transport"]
 
 _MAX_CALLS = 4096  # distinct calls kept; more only when the keys and arrays keep changing
 
@@ -66,6 +66,32 @@ class Calls:
                 self._calls.clear()
             call = self._calls[index] = PushPull(self._kv, index, values, outs)
         call(priority)
+
+
+class Transport:
+    """Native pushpulls: prepared calls, or under 2-bit compression a push and a pull
+    (``dist_sync`` refuses a pushpull then: "Compression not supported with PushPull"), made
+    into the arrays pushed: native ``dist_sync``'s pull into another array can return a stale
+    sum under CPU contention with two servers."""
+
+    def __init__(self, kv: Any) -> None:
+        self._kv = kv
+        self._calls = Calls(kv)
+        self.compressed = False
+
+    def exchange(self, keys: Sequence[int], values: Sequence[Any],
+                 outs: Sequence[Any] | None = None, priority: int = 0) -> None:
+        """Sum ``values`` over workers into ``outs`` (``values`` when None)."""
+        outs = values if outs is None else outs
+        if not self.compressed:
+            self._calls.pushpull(keys, values, outs, priority)
+        else:
+            self._kv.push(list(keys), list(values), priority=priority)
+            self._kv.pull(list(keys), out=list(outs), priority=priority)
+
+    def close(self) -> None:
+        self._calls.close()
+        self._kv = None
 
 
 def _same(kept: tuple[Any, ...], given: Sequence[Any]) -> bool:

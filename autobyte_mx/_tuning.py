@@ -1,5 +1,5 @@
-"""Live tuning: the kvstore's finished steps go to ``common.control.TuningAgent``, decisions
-come back as rank 0's proposal on the control key.
+"""Live tuning: the kvstore's finished steps go to ``common.control.TuningAgent``; its
+decisions come back through the step agreement (``_control``).
 
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
@@ -49,8 +49,6 @@ class AgentLike(Protocol):
                     warmup: bool = False) -> None: ...
 
     def set_config(self, config: Config, *, step: int) -> None: ...
-
-    def due(self, step: int) -> Config | None: ...
 
 
 def layer_groups(tensors: Sequence[tuple[str, int]]) -> tuple[dict[str, int], list[int]]:
@@ -175,10 +173,3 @@ class Tuning:
         if float("-inf") in layer_ready:
             return None
         return np.array(backward_times(layer_ready))
-
-    def proposal(self, step: int, requested: Config | None) -> Config | None:
-        """What rank 0 proposes for ``step``: the user's ``reconfigure`` request, else the
-        tuner's decision that has come due. Called on every rank (others' answers are not
-        sent), so every agent drains its inbox."""
-        due = self._agent.due(step)
-        return requested if requested is not None else due

@@ -50,24 +50,24 @@ from typing import Any
 
 import mxnet as mx
 import numpy
-import numpy.typing as npt
 from mxnet.kvstore import KVStoreBase
 from mxnet.kvstore.kvstore import _get_kvstore_server_command_type
 
 from autobyte_mx import _engine, _states
 from autobyte_mx._blocks import block_rows, push_blocks
 from autobyte_mx._checks import big_array_bound, check_environment
-from autobyte_mx._compression import Compression, parse_compression, unwire, wire
-from autobyte_mx._control import decode, encode
+from autobyte_mx._compression import Compression, parse_compression
+from autobyte_mx._control import ControlKey
 from autobyte_mx._devices import DeviceSum
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._pace import Pace
 from autobyte_mx._sequencer import Round, Sequencer
 from autobyte_mx._server import ServerOptimizer, check_element_wise
 from autobyte_mx._stats import StepRecorder, StepStats
-from autobyte_mx._transport import Calls
+from autobyte_mx._transport import Transport
 from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
+from common.agreement import Agreement
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
@@ -116,28 +116,29 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                                    "updates per worker, so there is no step to schedule)")
         if config is not None and options:
             raise ConfigError(f"give config or keyword options, not both; got {sorted(options)}")
-        self._config = config if config is not None else Config.from_env(start=START["ps"],
-                                                                               **options)
+        config = config if config is not None else Config.from_env(start=START["ps"], **options)
         agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", DECISION_LEAD_STEPS)
         check_environment()
         self._kv = mx.kv.create(base)
-        self._calls = Calls(self._kv)
+        self._transport = Transport(self._kv)
         self._rank: int = self._kv.rank
         self._num_workers: int = self._kv.num_workers
         # Before the first control exchange: rank 0 may host the coordinator (and load the
         # meta-network), which the other workers wait for in that exchange.
         self._agent = TuningAgent(rank=self._rank, num_workers=self._num_workers,
-                                  config=self._config, model=model_name, arch="ps",
+                                  config=config, model=model_name, arch="ps",
                                   **agent_options)
+        self._agreement = Agreement(rank=self._rank, workers=self._num_workers, config=config,
+                                    due=self._agent.due)
         self._servers = int(os.environ.get("DMLC_NUM_SERVER") or 1)
-        self._tuning = Tuning(self._agent, self._config, sample_every=sample_every,
+        self._tuning = Tuning(self._agent, self.config, sample_every=sample_every,
                               link_factor=comm_factor("ps", self._num_workers, self._servers))
         self._layers_changed = True
-        self._scheduler = Scheduler(self._config, start=self._start_send)
+        self._scheduler = Scheduler(self.config, start=self._start_send)
         self._sequencer = Sequencer(self._scheduler)
         self._recorder = StepRecorder()
-        self._watchdog = Watchdog(self._config.grace_s if timeout is None else _timeout(timeout),
+        self._watchdog = Watchdog(self.config.grace_s if timeout is None else _timeout(timeout),
                                   describe=self._describe)
         self._tensors: dict[Hashable, Tensor] = {}
         self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype),
@@ -150,10 +151,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._expected: frozenset[Hashable] | None = None
         self._missing = -1  # expected keys not issued yet in this step (-1: none expected)
         self._forward: dict[str, int] = {}
-        self._proposal: Config | None = None
-        self._control: Any = None
-        self._control_view: Any = None  # the control array's memory (``_engine.host_view``)
-        self._control_due = False
+        self._control: ControlKey | None = None
         self._batch: int | None = None
         self._pace = Pace()
         self._backward_s: float | None = None  # gradient-ready spread of the last fed step
@@ -166,7 +164,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._epoch = 0  # rises with every switch of layout (the optimizer on the server)
         atexit.register(_close_at_exit, weakref.ref(self))
         log.info("AutoByte kvstore: rank %d of %d, %s", self._rank, self._num_workers,
-                 self._config.describe())
+                 self.config.describe())
 
     # -- what MXNet asks -------------------------------------------------------------------
     @property
@@ -225,6 +223,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                               "(gluon.Trainer(..., compression_params=...) does it so)")
         self._kv.set_gradient_compression(dict(compression_params))
         self._compression = Compression(threshold)
+        self._transport.compressed = True
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
         """Write the servers' optimizer state to ``fname`` as MXNet's Updater writes its own
@@ -310,7 +309,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     @property
     def config(self) -> Config:
         """The configuration in force (the same on every worker)."""
-        return self._config
+        return self._agreement.config
 
     @property
     def step(self) -> int:
@@ -321,10 +320,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
         On other ranks the call is ignored, so every worker can run the same tuning code.
         """
-        if not isinstance(config, Config):
-            raise ConfigError(f"reconfigure needs a common.config.Config, got {config!r}")
-        if self._rank == 0:
-            self._proposal = config
+        self._agreement.request(config)
 
     def set_layer_order(self, names: Sequence[str]) -> None:
         """Forward order hint: parameter names (or str(key)) from the input side on.
@@ -363,7 +359,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         with self._watchdog.blocking("the last operations and the final barrier"):
             self._flush()
             mx.nd.waitall()
-            self._calls.close()
+            self._transport.close()
             self._kv = None
         self._watchdog.close()
         self._agent.close()  # after the final barrier: no worker is still training
@@ -459,16 +455,16 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._issued.add(key)
         if self._expected is not None and key in self._expected:
             self._missing -= 1
-        if not self._config.scheduling:
+        if not self.config.scheduling:
             self._issue_whole(tensor, value, targets, priority)
             return
-        group = self._groups.of(tensor, self._main, self._config)
+        group = self._groups.of(tensor, self._main, self.config)
         if self._optimizer is not None:
             self._note_weight(tensor, targets, group)
         member = group.index[key]
         rnd = self._rounds.get(group.gid)
         if rnd is None or not rnd.open or member in rnd.issued:
-            order = issue_order(group.layout, head_bytes=self._config.credit_bytes
+            order = issue_order(group.layout, head_bytes=self.config.credit_bytes
                                 if self._head_bytes is None else self._head_bytes)
             rnd = self._rounds[group.gid] = self._sequencer.new_round(group, self._step, order)
         group.copy_in(member, value)
@@ -504,20 +500,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._compression.quantize(rnd.group, block, skip=rnd.missing(block))
 
     def _pushpull_blocks(self, keys: list[int], arrays: list[Any]) -> None:
-        self._exchange(keys, arrays, None, COMM_PRIORITY)
-
-    def _exchange(self, keys: list[int], values: list[Any], outs: list[Any] | None,
-                  priority: int) -> None:
-        """Native pushpull into ``outs`` (``values`` when None; ``_transport``); with
-        compression a push and a pull (``dist_sync`` refuses a pushpull then: "Compression not
-        supported with PushPull"), made into the arrays pushed: native ``dist_sync``'s pull
-        into another array can return a stale sum under CPU contention with two servers."""
-        outs = values if outs is None else outs
-        if self._compression is None:
-            self._calls.pushpull(keys, values, outs, priority)
-        else:
-            self._kv.push(keys, values, priority=priority)
-            self._kv.pull(keys, out=outs, priority=priority)
+        self._transport.exchange(keys, arrays, None, COMM_PRIORITY)
 
     def _flush(self, tensor: Tensor | None = None) -> None:
         """Close the open rounds of this step (only the one holding ``tensor``'s issued
@@ -560,17 +543,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             t0 = self._recorder_clock()
         if direct:  # native's own path: pushed from the gradient, pulled into the weight
             done_on = group.views_out(0, targets[0])
-            self._exchange(group.keys, group.views_in(0, value), done_on, priority)
+            self._transport.exchange(group.keys, group.views_in(0, value), done_on, priority)
             tensor.home = None  # the result is in the weight (_note_weight)
         else:
             group.copy_in(0, value)
             done_on = group.arrays
             if self._compression is None:
                 outs = group.views_out(0, targets[0]) if targets else group.arrays
-                self._exchange(group.keys, group.arrays, outs, priority)
+                self._transport.exchange(group.keys, group.arrays, outs, priority)
             else:  # a push, then a pull into the array pushed (below)
                 self._compression.quantize(group, 0, priority=priority)
-                self._exchange(group.keys, group.arrays, None, priority)
+                self._transport.exchange(group.keys, group.arrays, None, priority)
                 group.copy_out(0, targets[:1], mx.nd.concat)
             tensor.home = group
         for target in targets[1:]:  # the other devices, as the native store broadcasts
@@ -651,23 +634,20 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _new_step(self) -> None:
         self._flush()
         self._wait_for_step(self._step + 1 - RUN_AHEAD_STEPS)
-        new = None
-        if self._control_due:
+        old, agreed = self.config, None
+        if self._control is not None:
             with self._watchdog.blocking("the control key"):
-                summed = self._unwire(self._control.asnumpy())
-            message = decode(summed, num_workers=self._num_workers, rank=self._rank,
-                             config=self._config)
-            if message.head_bytes is not None:
-                self._head_bytes = message.head_bytes
-            new = message.apply_to(self._config)
+                agreed = self._control.take()
+        if agreed is not None and agreed.payload is not None:
+            self._head_bytes = agreed.payload[0]
+        new = None if agreed is None else agreed.config
         # The previous step ends here: a switch's set-up (new keys) counts in the new
         # configuration's first step, which the statistics collector treats as warm-up.
         boundary = self._recorder_clock()
         before = self._main
         if new is not None:
-            log.info("AutoByte step %d: %s -> %s", self._step + 1, self._config.describe(),
+            log.info("AutoByte step %d: %s -> %s", self._step + 1, old.describe(),
                      new.describe())
-            self._config = new
             self._scheduler.reconfigure(new)
             self._epoch += 1
         expected = self._expected
@@ -678,11 +658,13 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._missing = -1 if self._expected is None else len(self._expected)
         self._rounds = {}
         self._scheduler.begin_step(self._step)
-        self._main = self._groups.main(self._config, expected, self._tensors)
+        self._main = self._groups.main(self.config, expected, self._tensors)
         if new is not None and self._optimizer is not None:
             self._refresh_layout(expected, same=self._main is before)
-        self._recorder.begin_step(self._step, self._config, self._batch, at=boundary)
-        self._push_control()
+        self._recorder.begin_step(self._step, self.config, self._batch, at=boundary)
+        head = self._pace.head_bytes(self._backward_s) if self._rank == 0 else None
+        assert self._control is not None
+        self._control.send(self._step, head_bytes=head, priority=COMM_PRIORITY)
         self._feed()
 
     def _collect(self) -> None:
@@ -713,43 +695,15 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                           if expected is None or t.key in expected), key=lambda t: t.layer)
         return [(t.name, t.nbytes) for t in tensors]
 
-    def _push_control(self) -> None:
-        head = self._pace.head_bytes(self._backward_s) if self._rank == 0 else None
-        proposal = self._tuning.proposal(self._step + 1, self._proposal)
-        values = encode(rank=self._rank, config=self._config, step=self._step,
-                        proposal=proposal, head_bytes=head)
-        self._proposal = None
-        # Written around the engine: the last exchange was waited for (``_new_step``, the
-        # handshake), and an engine write would wait for this step's queued backward pass,
-        # holding back every gradient push of the step until then.
-        self._control_view[:] = self._wire(values)
-        self._exchange([CONTROL_KEY], [self._control], None, COMM_PRIORITY)
-        self._control_due = True
-
     def _handshake(self) -> None:
         """Once, before any key exists: create the control key and compare configurations."""
         if self._control is not None:
             return
-        first = self._wire(encode(rank=self._rank, config=self._config, step=0, proposal=None))
-        self._control = mx.nd.zeros(first.shape)
+        self._control = ControlKey(self._agreement, transport=self._transport,
+                                   threshold=None if self._compression is None
+                                   else self._compression.threshold)
         with self._watchdog.blocking("the first control exchange"):
-            self._kv.init(CONTROL_KEY, self._control)
-            self._control[:] = mx.nd.array(first)
-            self._exchange([CONTROL_KEY], [self._control], None, 0)
-            summed = self._unwire(self._control.asnumpy())
-        decode(summed, num_workers=self._num_workers, rank=self._rank, config=self._config)
-        self._control_view = _engine.host_view(self._control)
-
-    def _wire(self, values: list[float]) -> npt.NDArray[numpy.float32]:
-        """The control vector as pushed: as is, or as bits that compression keeps exact."""
-        if self._compression is None:
-            return numpy.asarray(values, dtype=numpy.float32)
-        return wire(values, self._compression.threshold)
-
-    def _unwire(self, summed: npt.NDArray[numpy.float32]) -> list[float]:
-        if self._compression is None:
-            return [float(x) for x in summed]
-        return unwire(summed, self._compression.threshold)
+            self._control.handshake(self._kv)
 
     # -- internals: tensors and layouts ------------------------------------------------------
     def _tensor(self, key: Hashable) -> Tensor:
@@ -856,7 +810,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     def _describe(self) -> str:
         peers = self._agent.peers()
-        return (f"rank {self._rank}, step {self._step}, {self._config.describe()}, "
+        return (f"rank {self._rank}, step {self._step}, {self.config.describe()}, "
                 f"{self._scheduler.inflight_bytes} bytes in flight"
                 + (f"; {peers}" if peers else ""))
 

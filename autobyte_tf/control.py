@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from autobyte_tf.planning import Plan, TensorInfo, make_plan
 from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
+from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
 from common.stats import busy_time
@@ -43,7 +44,6 @@ __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
 log = logging.getLogger(__name__)
 
-_HEADER = 5  # [have_config, partition_bytes, credit_bytes, scheduling, have_times]
 TRACE_CACHE = 8  # traced step functions kept per step function (a trace holds its graph)
 
 
@@ -82,8 +82,8 @@ class Controller:
                  broadcast: Broadcast,
                  sample_every: int | None = None, agent: TuningAgent | None = None,
                  set_sampling: Callable[[bool], None] | None = None) -> None:
-        self._config = config
-        self._pending: Config | None = None
+        self._agreement = Agreement(rank=rank, workers=workers, config=config,
+                                    due=None if agent is None else agent.due)
         self.rank, self.workers = rank, workers
         self._bandwidth = bandwidth
         self._broadcast = broadcast
@@ -113,7 +113,7 @@ class Controller:
     # -- what the cross-device op asks while tracing ------------------------------------------
     @property
     def config(self) -> Config:
-        return self._config
+        return self._agreement.config
 
     @property
     def measured_plan(self) -> bool:
@@ -122,7 +122,7 @@ class Controller:
 
     @property
     def scheduling(self) -> bool:
-        return self._config.scheduling
+        return self._agreement.config.scheduling
 
     @property
     def main_call(self) -> tuple[TensorInfo, ...] | None:
@@ -132,13 +132,13 @@ class Controller:
     @property
     def vector_length(self) -> int:
         """Length of the agreement's vector while ``main_call`` is in force."""
-        return _HEADER + (len(self._main) if self._main is not None else 0)
+        return vector_length(len(self._main) if self._main is not None else 0)
 
     @property
     def trace_key(self) -> tuple[object, ...]:
         """What a traced step depends on: the knobs in force (native ignores partition and
         credit)."""
-        c = self._config
+        c = self._agreement.config
         if not c.scheduling:
             return (False,)
         return (c.partition_bytes, c.credit_bytes, True)
@@ -167,8 +167,8 @@ class Controller:
         times = self._times.get(tensors)
         key = (tensors, times is not None)
         plan = self._plans.get(key)
-        if plan is None or plan.config != self._config:
-            plan = make_plan(tensors, self._config, workers=self.workers,
+        if plan is None or plan.config != self.config:
+            plan = make_plan(tensors, self.config, workers=self.workers,
                              bandwidth=self._bandwidth, backward_s=times)
             self._plans[key] = plan
         return plan
@@ -199,9 +199,7 @@ class Controller:
     def reconfigure(self, config: Config) -> None:
         """Ask for ``config`` from the first boundary whose agreement has not started on
         (rank 0's request wins)."""
-        if not isinstance(config, Config):
-            raise TypeError(f"reconfigure needs a common.config.Config, got {config!r}")
-        self._pending = config
+        self._agreement.request(config)
 
     def begin(self, owner: object | None = None) -> _Step:
         """Start a step of ``owner`` (a step function). A new owner (another model) starts
@@ -211,18 +209,14 @@ class Controller:
             self._main, self._local_times, self._times_sent = None, None, False
             self._busy_s = 0.0
         rebuild = False
-        w = self._config.window_steps
+        w = self.config.window_steps
         offset = _send_offset(w)
         if self.step > 0 and self.step % w == 0:
             rebuild = self._take()
             if rebuild:
                 self._busy_s = 0.0
-        if self.step % w == offset:
-            if self.agent is not None:  # what is sent now is in force from the next boundary
-                due = self.agent.due(self.step + w - offset)
-                if due is not None and self._pending is None:  # an explicit request wins
-                    self._pending = due
-            self._send()
+        if self.step % w == offset:  # what is sent now is in force from the next boundary
+            self._send(due_at=self.step + w - offset)
         sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
         self._traced = False
         with self._lock:
@@ -270,38 +264,31 @@ class Controller:
                   (time.perf_counter() - started) * 1e3)
         return self._apply(vector, main)
 
-    def _send(self) -> None:
+    def _send(self, *, due_at: int) -> None:
         main = self._main
-        vector = np.zeros(self.vector_length, dtype=np.float64)
-        if self.rank == 0:
-            if self._pending is not None:
-                c = self._pending
-                vector[:4] = (1.0, c.partition_bytes, c.credit_bytes, float(c.scheduling))
-            if self._local_times is not None and not self._times_sent and main is not None:
-                vector[4] = 1.0
-                vector[_HEADER:] = self._local_times
-                self._times_sent = True
-        self._pending = None
+        payload = None
+        if self.rank == 0 and self._local_times is not None and not self._times_sent and \
+                main is not None:
+            payload = [round(t * 1e6) for t in self._local_times]  # microseconds
+            self._times_sent = True
+        vector = np.array(self._agreement.vector(
+            self.step, due_at=due_at, payload=payload,
+            payload_len=0 if main is None else len(main)), dtype=np.float64)
         if self.workers > 1:
             self._inflight = (self._broadcast(vector), main)
         else:
             self._inflight = (lambda: vector, main)
 
     def _apply(self, vector: Vector, main: tuple[TensorInfo, ...] | None) -> bool:
-        rebuild = False
-        if vector[0] == 1.0:
-            new = self._config.replace(partition_bytes=int(vector[1]),
-                                       credit_bytes=int(vector[2]),
-                                       scheduling=bool(vector[3]))
-            if new != self._config:
-                log.info("step %d: AutoByte switches to %s", self.step, new.describe())
-                self._config = new
-                rebuild = True
-                if self.agent is not None:
-                    self.agent.set_config(new, step=self.step)
-        if vector[4] == 1.0 and main is not None:
-            self._times[main] = tuple(float(x) for x in vector[_HEADER:])  # for ``plan_for``
-        return rebuild
+        agreed = self._agreement.take([float(x) for x in vector])
+        new = agreed.config
+        if new is not None:
+            log.info("step %d: AutoByte switches to %s", self.step, new.describe())
+            if self.agent is not None:
+                self.agent.set_config(new, step=self.step)
+        if agreed.payload is not None and main is not None:  # for ``plan_for``
+            self._times[main] = tuple(t / 1e6 for t in agreed.payload)
+        return new is not None
 
 
 def _bytes(tensors: tuple[TensorInfo, ...]) -> int:

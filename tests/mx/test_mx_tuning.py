@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import skip_without_mxnet
 
+from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
 from common.control.testing import ScriptedTuner
@@ -23,7 +24,6 @@ from common.decision_log import read_log
 
 skip_without_mxnet()
 
-from autobyte_mx._control import decode, encode  # noqa: E402
 from autobyte_mx._stats import StepRecorder  # noqa: E402
 from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
 from common.errors import ConfigError  # noqa: E402
@@ -137,20 +137,6 @@ def test_one_step_a_window_is_sampled_unless_the_caller_says_otherwise() -> None
             Tuning(agent, Config(tuner="none"), sample_every=bad)  # type: ignore[arg-type]
 
 
-def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:
-    agent = _Recorder()
-    tuning = Tuning(agent, Config(tuner="none"))
-    fast = Config(partition_bytes="256KiB", credit_bytes="1MiB")
-    agent.decisions[20] = fast
-    assert tuning.proposal(19, None) is None
-    assert tuning.proposal(20, None) == fast
-    agent.decisions[30] = fast
-    mine = Config(partition_bytes="8KiB", credit_bytes="8KiB")
-    assert tuning.proposal(30, mine) == mine  # the decision was taken from the inbox anyway
-    assert 30 not in agent.decisions
-    assert [s for k, s in agent.calls if k == "due"] == [19, 20, 30]
-
-
 def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_stats() -> None:
     rec = StepRecorder()
     config = Config(tuner="none")
@@ -221,7 +207,7 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
         tmp_path: Path) -> None:
     """A real agent hosting a real coordinator (one worker, 127.0.0.1) with a scripted tuner:
     the windows in the decision log carry what the feed measured, and the tuner's decision
-    comes back through ``proposal`` at its step, once."""
+    comes back through the step agreement at its step, once."""
     log = tmp_path / "decisions.jsonl"
     start = Config(tuner="bayesian", window_steps=5, partition_bytes="4KiB",
                    credit_bytes="4KiB")
@@ -233,12 +219,13 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
         assert agent.enabled and agent.coordinator is not None
         tuning = Tuning(agent, start, sample_every=1)
         tuning.set_layers(TENSORS)
+        agreement = Agreement(rank=0, workers=1, config=start, due=agent.due)
         proposals: dict[int, Config] = {}
         config, deadline, step = start, time.monotonic() + 20, 1
         while step < 40 or not proposals:
             assert time.monotonic() < deadline, f"no decision came back; log: {read_log(log)}"
             _feed(tuning, range(step, step + 1), config)
-            proposal = tuning.proposal(step + 1, None)
+            proposal = agreement.take(agreement.vector(step, due_at=step + 1)).config
             if proposal is not None:
                 proposals[step + 1] = proposal
                 config = proposal  # what the kvstore does one step later, on every worker
@@ -266,50 +253,46 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
     assert after[0]["observation"]["layer_bytes"] == [78000, 240800, 8040]
 
 
-class _FakeCalls:
+class _FakeTransport:
     def __init__(self) -> None:
         self.pushed: list[list[float]] = []
 
-    def pushpull(self, keys: list[Hashable], values: list[Any], outs: Any = None,
+    def exchange(self, keys: list[Hashable], values: list[Any], outs: Any = None,
                  priority: int = 0) -> None:
-        """As ``_transport.Calls.pushpull``."""
+        """As ``_transport.Transport.exchange``."""
         (value,) = values
         self.pushed.append([float(x) for x in value.asnumpy()])
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_push_control_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) -> None:
-    """``_push_control`` of step s encodes the decision due at s + 1 (it is applied when step
-    s + 1 begins); other ranks ask too (draining their inbox) but send no proposal."""
+def test_the_control_key_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) -> None:
+    """The control key's vector of step s carries the decision due at s + 1 (it is applied
+    when step s + 1 begins) and rank 0's plan head; other ranks ask too (draining their
+    inbox) but send neither."""
     import mxnet as mx
 
-    import autobyte_mx
     from autobyte_mx import _engine
-    from autobyte_mx._control import SLOTS
-    from autobyte_mx._pace import Pace
+    from autobyte_mx._control import ControlKey
 
     config = Config(tuner="none")
     fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
-    store = object.__new__(autobyte_mx.AutoByte)
-    control = mx.nd.zeros((SLOTS,))
-    control.wait_to_read()  # as after the handshake
     agent = _Recorder()
     agent.decisions[8] = fast
-    store.__dict__.update(
-        _rank=rank, _num_workers=2, _config=config, _step=7, _proposal=None,
-        _pace=Pace(), _backward_s=None, _calls=_FakeCalls(),
-        _tuning=Tuning(agent, config), _control=control, _control_view=_engine.host_view(control),
-        _control_due=False, _compression=None)
-    store._push_control()
+    transport = _FakeTransport()
+    key = ControlKey(Agreement(rank=rank, workers=2, config=config, due=agent.due),
+                     transport=transport, threshold=None)  # type: ignore[arg-type]
+    key._array = mx.nd.zeros((vector_length(1),))
+    key._array.wait_to_read()  # as after the handshake
+    key._view = _engine.host_view(key._array)
+    key.send(7, head_bytes=4096 if rank == 0 else None, priority=0)
     assert [s for k, s in agent.calls if k == "due"] == [8]
-    (vector,) = store._calls.pushed
-    if rank == 0:
-        message = decode(vector, num_workers=1, rank=0, config=config)
-        assert message.apply_to(config) == fast
-    else:  # summed with a rank 0 that proposes nothing: rank 1 added no proposal
-        rank0 = encode(rank=0, config=config, step=7, proposal=None)
-        summed = [a + b for a, b in zip(rank0, vector, strict=True)]
-        assert decode(summed, num_workers=2, rank=1, config=config).apply_to(config) is None
+    (vector,) = transport.pushed
+    other = Agreement(rank=1 - rank, workers=2, config=config)
+    summed = [a + b for a, b in zip(other.vector(7, due_at=8, payload_len=1), vector,
+                                    strict=True)]
+    agreed = Agreement(rank=1, workers=2, config=config).take(summed)
+    assert agreed.config == (fast if rank == 0 else None)
+    assert agreed.payload == ((4096,) if rank == 0 else None)
 
 
 def test_a_steps_busy_time_is_the_union_of_its_transfer_intervals() -> None:

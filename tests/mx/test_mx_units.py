@@ -7,7 +7,7 @@ import functools
 import random
 import threading
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ skip_without_mxnet()
 import mxnet as mx  # noqa: E402
 
 from autobyte_mx import _engine  # noqa: E402
-from autobyte_mx._control import decode, encode, fingerprint  # noqa: E402
 from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name, pins_for, server_of  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
@@ -195,38 +194,6 @@ def test_a_round_closes_a_block_once_all_its_members_are_issued() -> None:
         Round(group, 1, 0, [0, 0, 1])
 
 
-# --- control key ---------------------------------------------------------------------------
-
-
-def _sum(vectors: Sequence[list[float]]) -> list[float]:
-    return [sum(col) for col in zip(*vectors, strict=True)]
-
-
-def test_control_carries_rank0_proposal_exactly() -> None:
-    cfg = Config(partition_bytes="1MiB", credit_bytes="4MiB")
-    new = Config(partition_bytes=123_457, credit_bytes=3 * 1024**3, scheduling=False)
-    vecs = [encode(rank=r, config=cfg, step=9, proposal=new if r == 0 else None)
-            for r in range(3)]
-    msg = decode(_sum(vecs), num_workers=3, rank=1, config=cfg)
-    assert msg.apply_to(cfg) == cfg.replace(partition_bytes=123_457,
-                                            credit_bytes=3 * 1024**3, scheduling=False)
-    assert decode(_sum([encode(rank=r, config=cfg, step=9, proposal=None) for r in range(3)]),
-                  num_workers=3, rank=0, config=cfg).apply_to(cfg) is None
-
-
-def test_control_detects_disagreement_and_step_skew() -> None:
-    a, b = Config(partition_bytes="64KiB"), Config(partition_bytes="8KiB")
-    assert fingerprint(a) != fingerprint(b)
-    vecs = [encode(rank=0, config=a, step=1, proposal=None),
-            encode(rank=1, config=b, step=1, proposal=None)]
-    with pytest.raises(ConfigError, match="workers disagree"):
-        decode(_sum(vecs), num_workers=2, rank=1, config=b)
-    vecs = [encode(rank=0, config=a, step=1, proposal=None),
-            encode(rank=1, config=a, step=2, proposal=None)]
-    with pytest.raises(ConfigError, match="different steps"):
-        decode(_sum(vecs), num_workers=2, rank=0, config=a)
-
-
 # --- the kvstore on a fake native store, in one process ------------------------------------
 
 
@@ -341,11 +308,12 @@ def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
 @pytest.fixture
 def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     import autobyte_mx
+    import autobyte_mx._transport
     import autobyte_mx.kvstore
 
     fake = FakeNative()
     monkeypatch.setattr(mx.kv, "create", lambda name: fake)
-    monkeypatch.setattr(autobyte_mx.kvstore, "Calls", FakeCalls)
+    monkeypatch.setattr(autobyte_mx._transport, "Calls", FakeCalls)
     monkeypatch.setattr(autobyte_mx.kvstore, "check_environment", lambda: None)
     stores: list[Any] = []
 
@@ -760,17 +728,20 @@ def test_two_bit_leaves_members_not_issued_alone() -> None:
 @pytest.mark.parametrize("threshold", [0.5, 0.01, 3.0])
 def test_control_values_cross_two_bit_compression_exactly(threshold: float) -> None:
     from autobyte_mx._compression import unwire, wire
+    from common.agreement import Agreement
 
     config = Config(partition_bytes="64KiB", credit_bytes="1MiB")
-    vectors = [encode(rank=r, config=config, step=4095, head_bytes=2**40,
-                      proposal=Config(partition_bytes="4MiB", credit_bytes="16MiB") if r == 0
-                      else None) for r in range(3)]
+    workers = [Agreement(rank=r, workers=3, config=config) for r in range(3)]
+    workers[0].request(Config(partition_bytes="4MiB", credit_bytes="16MiB"))
+    vectors = [w.vector(4095, due_at=4096, payload=[2**36 - 1] if w.rank == 0 else None,
+                        payload_len=1) for w in workers]
     summed = np.sum([wire(v, threshold) for v in vectors], axis=0, dtype=np.float32)
     assert set(np.unique(wire(vectors[0], threshold))) <= {0.0, np.float32(threshold)}
     assert unwire(summed, threshold) == [float(sum(c)) for c in zip(*vectors, strict=True)]
-    message = decode(unwire(summed, threshold), num_workers=3, rank=1, config=config)
-    assert (message.partition_bytes, message.credit_bytes) == (4 << 20, 16 << 20)
-    assert message.head_bytes == 2**40
+    agreed = workers[1].take(unwire(summed, threshold))
+    assert agreed.config is not None
+    assert (agreed.config.partition_bytes, agreed.config.credit_bytes) == (4 << 20, 16 << 20)
+    assert agreed.payload == (2**36 - 1,)
 
 
 def test_compression_params_are_checked() -> None:

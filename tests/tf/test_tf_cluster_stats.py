@@ -19,11 +19,13 @@ from autobyte_tf.cluster import check_no_auto_jit, file_barrier, parse_tf_config
 from autobyte_tf.control import Controller, SteppedFunction, decision_lead
 from autobyte_tf.planning import TensorInfo
 from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
+from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
 from common.control.testing import ScriptedTuner
 from common.errors import ConfigError
 from common.stats import Window
+from common.testing import peers_agree
 from common.trigger import ThresholdTrigger
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
@@ -112,19 +114,32 @@ def run_steps(controllers: list[Controller], steps: int) -> list[list[bool]]:
     return rebuilds
 
 
+class _Sums:
+    """The agreement's sum over workers, as the all-reduce makes it (the workers run in lock
+    step: each sends its vector before any takes the sum)."""
+
+    def __init__(self) -> None:
+        self.sums: list[NDArray[np.float64]] = []
+        self._sent: dict[int, int] = {}
+
+    def of(self, rank: int) -> Callable[[NDArray[np.float64]], Callable[[], NDArray[np.float64]]]:
+        def broadcast(vector: NDArray[np.float64]) -> Callable[[], NDArray[np.float64]]:
+            i = self._sent[rank] = self._sent.get(rank, -1) + 1
+            if i == len(self.sums):
+                self.sums.append(np.zeros_like(vector))
+            self.sums[i] = self.sums[i] + vector
+            return lambda: self.sums[i]
+        return broadcast
+
+
 def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     results: dict[int, list[Config]] = {0: [], 1: []}
-    sent: list[NDArray[np.float64]] = []
+    summed = _Sums()
 
     def make(rank: int) -> Controller:
-        def broadcast(vector: NDArray[np.float64]) -> Callable[[], NDArray[np.float64]]:
-            if rank == 0:
-                sent.append(vector.copy())
-            value = sent[-1]  # rank 0 runs first in this lock-step fake
-            return lambda: value
         return Controller(config=Config(partition_bytes=4096, credit_bytes=8192,
                                         window_steps=2),
-                          rank=rank, workers=2, bandwidth=1e9, broadcast=broadcast)
+                          rank=rank, workers=2, bandwidth=1e9, broadcast=summed.of(rank))
 
     workers = [make(0), make(1)]
     workers[1].reconfigure(Config(partition_bytes=65536, credit_bytes=65536))  # ignored
@@ -133,7 +148,8 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     rebuilds = run_steps(workers, 5)
     for rank, c in enumerate(workers):
         results[rank].append(c.config)
-    assert sent[0][:2].tolist() == [1.0, 16384.0]  # sent at step 1, half a window ahead ...
+    assert Agreement(rank=1, workers=2, config=Config()).take(summed.sums[0]).config == \
+        Config(partition_bytes=16384, credit_bytes=32768)  # sent at step 1, half a window ahead,
     assert rebuilds[0] == [False, False] and rebuilds[2:] == [[False, False]] * 3
     assert rebuilds[1] == [True, True]  # ... in force from the boundary, step 2, on both
     assert results[0] == results[1]
@@ -148,7 +164,7 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
 def test_reconfigure_needs_a_config() -> None:
     c = Controller(config=Config(), rank=0, workers=1, bandwidth=1e9,
                    broadcast=lambda v: lambda: v)
-    with pytest.raises(TypeError, match="Config"):
+    with pytest.raises(ConfigError, match="Config"):
         c.reconfigure({"partition_bytes": 4096})  # type: ignore[arg-type]
 
 
@@ -187,16 +203,12 @@ def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one
 def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_follow() -> None:
     """The coordinator's decision, heard by rank 0's agent, enters the agreement at its step;
     both agents learn the switch and their windows carry the steps, bytes and layer times."""
-    sent: list[NDArray[np.float64]] = []
+    summed = _Sums()
     windows: dict[int, list[Window]] = {0: [], 1: []}
     base = Config(partition_bytes=4096, credit_bytes=8192, window_steps=2, tuner="none")
 
     def make(rank: int) -> Controller:
-        def broadcast(vector: NDArray[np.float64]) -> Callable[[], NDArray[np.float64]]:
-            if rank == 0:
-                sent.append(vector.copy())
-            value = sent[-1]
-            return lambda: value
+        broadcast = summed.of(rank)
         agent = TuningAgent(rank=rank, num_workers=2, config=base, environ={})
         agent._collector._on_window = windows[rank].append
         return Controller(config=base, rank=rank, workers=2, bandwidth=1e9,
@@ -326,7 +338,7 @@ def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> N
                         environ={})
     agent._collector._on_window = windows.append
     c = Controller(config=agent.config, rank=0, workers=2, bandwidth=1e9,
-                   broadcast=lambda v: lambda: v, agent=agent, sample_every=2,
+                   broadcast=peers_agree(2), agent=agent, sample_every=2,
                    set_sampling=lambda on: None)
     infos = (TensorInfo("t0", 4096, 4, rank=2), TensorInfo("t1", 4096, 4, rank=2))
     for n in range(12):
