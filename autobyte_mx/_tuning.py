@@ -34,8 +34,9 @@ import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ConfigError
+from common.stats import backward_times, layers_by_block, per_layer
 
-__all__ = ["AgentLike", "Tuning", "backward_times", "layer_groups"]
+__all__ = ["AgentLike", "Tuning"]
 
 
 class AgentLike(Protocol):
@@ -49,43 +50,6 @@ class AgentLike(Protocol):
                     warmup: bool = False) -> None: ...
 
     def set_config(self, config: Config, *, step: int) -> None: ...
-
-
-def layer_groups(tensors: Sequence[tuple[str, int]]) -> tuple[dict[str, int], list[int]]:
-    """``(name, nbytes)`` in forward order -> (name -> layer index, bytes per layer).
-
-    Adjacent parameters of one block (same name up to the last ``_``) form one layer.
-    """
-    index: dict[str, int] = {}
-    layer_bytes: list[int] = []
-    previous = None
-    for name, nbytes in tensors:
-        block = name.rsplit("_", 1)[0]
-        if block != previous or not layer_bytes:
-            layer_bytes.append(0)
-            previous = block
-        index[name] = len(layer_bytes) - 1
-        layer_bytes[-1] += int(nbytes)
-    return index, layer_bytes
-
-
-def backward_times(ready: Sequence[float]) -> list[float]:
-    """Backward seconds per layer in forward order from each layer's gradient-ready time.
-
-    Backward runs from the last layer to the first, so layer i's share is the time from the
-    moment layer i+1 was done to the moment layer i was: ``ready[i] - ready[i+1]`` (clamped at
-    0: the engine may finish two gradients in either order). The last layer's gradient is the
-    first one ready, and when its backward began is not seen here (MXNet runs the graph
-    asynchronously, ahead of or behind Python). That layer is the output layer, in practice a
-    small classifier head, so it gets the smallest time measured for any other layer: never
-    zero (its gradient is not free), and unlike a mean it is not inflated by a few heavy
-    convolutions.
-    """
-    gaps = [max(0.0, ready[i] - ready[i + 1]) for i in range(len(ready) - 1)]
-    if not ready:
-        return []
-    positive = [g for g in gaps if g > 0.0]
-    return [*gaps, min(positive) if positive else 0.0]
 
 
 class Tuning:
@@ -127,7 +91,10 @@ class Tuning:
         if signature == self._signature:
             return
         self._signature = signature
-        self._index, layer_bytes = layer_groups(signature)
+        names = [name for name, _ in signature]
+        layers = layers_by_block(names)
+        self._index = dict(zip(names, layers, strict=True))
+        layer_bytes = [int(b) for b in per_layer([float(n) for _, n in signature], layers)]
         self._layers = len(layer_bytes)
         self._agent.set_layer_bytes(layer_bytes)
 
@@ -172,4 +139,4 @@ class Tuning:
                 layer_ready[layer] = t  # a layer is done when its last gradient is
         if float("-inf") in layer_ready:
             return None
-        return np.array(backward_times(layer_ready))
+        return np.array(backward_times(layer_ready, from_start=False))

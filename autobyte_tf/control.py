@@ -34,11 +34,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autobyte_tf.planning import Plan, TensorInfo, make_plan
-from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
+from autobyte_tf.stats import StepRecorder
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
-from common.stats import busy_time
+from common.stats import backward_times, busy_time, layers_by_rank, per_layer, ring_bytes
 
 __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
@@ -156,7 +156,7 @@ class Controller:
             nbytes = [t.nbytes for t in tensors]
             self.recorder.set_layers([t.name for t in tensors], nbytes)
             self._wire_bytes = ring_bytes(sum(nbytes), self.workers)
-            self._layer_of = layer_of([t.rank for t in tensors])
+            self._layer_of = layers_by_rank([t.rank for t in tensors])
             if self.agent is not None:
                 self.agent.set_layer_bytes([int(b) for b in per_layer(nbytes, self._layer_of)])
 
@@ -236,7 +236,7 @@ class Controller:
                     not any(math.isnan(x) for x in ready):
                 relative = [x - self._start for x in ready]
                 self.recorder.record_ready(relative)
-                layer_times = self._local_times = tuple(backward_times(relative))
+                layer_times = self._local_times = tuple(backward_times(relative, from_start=True))
                 self._busy_s = _busy_s(ready, self._done.get(self._main, ())) or self._busy_s
         if self.agent is not None:
             if layer_times is not None:

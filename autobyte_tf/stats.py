@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.config import Config
+from common.stats import backward_times, ring_bytes
 
-__all__ = ["StepRecorder", "TrainingStats", "backward_times", "layer_of", "per_layer",
-           "ring_bytes"]
+__all__ = ["StepRecorder", "TrainingStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class TrainingStats:
     ``bytes_per_s`` counts the bytes this worker sends for its all-reduces (a ring sends
     2(n-1)/n of the gradient bytes per worker). ``layer_ready_s``: seconds from the start of the
     last sampled step until each gradient was ready; ``layer_backward_s``: the backward time
-    attributed to each tensor (differences of ready times; see ``backward_times``).
+    attributed to each tensor (``common.stats.backward_times``).
     """
 
     steps: int
@@ -43,42 +43,6 @@ class TrainingStats:
     sampled_steps: int
     retraces: int
     retrace_s: float
-
-
-def ring_bytes(nbytes: int, workers: int) -> int:
-    """Bytes one worker sends in a ring all-reduce of ``nbytes``."""
-    return 0 if workers < 2 else 2 * (workers - 1) * nbytes // workers
-
-
-def layer_of(ranks: Sequence[int]) -> list[int]:
-    """The layer of each gradient tensor (forward order): a tensor of rank <= 1 (a bias, a
-    normalisation's scale or offset) joins the layer of the tensor before it, as the simulator
-    and the meta-network count layers (and as the MXNet adapter groups a block's parameters)."""
-    layers: list[int] = []
-    for i, rank in enumerate(ranks):
-        layers.append(layers[-1] if i and rank <= 1 else (layers[-1] + 1 if i else 0))
-    return layers
-
-
-def per_layer(values: Sequence[float], layers: Sequence[int]) -> list[float]:
-    """Sum per-tensor ``values`` into their layers (``layer_of``)."""
-    out = [0.0] * (layers[-1] + 1 if layers else 0)
-    for value, layer in zip(values, layers, strict=True):
-        out[layer] += value
-    return out
-
-
-def backward_times(ready_s: Sequence[float]) -> list[float]:
-    """Per-tensor backward seconds from ready times measured from the step's start.
-
-    Backward runs back to front, so tensor i's share is ready[i] - ready[i+1] (clamped at 0).
-    The last tensor's ready time also holds the whole forward pass; with the simulator's
-    convention forward = backward / 2, ready[-1] = (B_last + rest) / 2 + B_last, solved here.
-    """
-    n = len(ready_s)
-    gaps = [max(0.0, ready_s[i] - ready_s[i + 1]) for i in range(n - 1)]
-    last = max(0.0, (2.0 * ready_s[-1] - math.fsum(gaps)) / 3.0) if n else 0.0
-    return [*gaps, last] if n else []
 
 
 class StepRecorder:
@@ -134,7 +98,7 @@ class StepRecorder:
             layer_names=self._names,
             layer_bytes=self._bytes,
             layer_ready_s=ready,
-            layer_backward_s=tuple(backward_times(ready)) if ready else None,
+            layer_backward_s=tuple(backward_times(ready, from_start=True)) if ready else None,
             sampled_steps=self._sampled,
             retraces=self._retraces,
             retrace_s=self._retrace_s,

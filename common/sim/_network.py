@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from common.sim._bandwidth import BandwidthSchedule
+from common.stats import comm_factor
 
 __all__ = ["Transfer", "allreduce_model", "ps_model"]
 
@@ -34,7 +35,7 @@ Transfer = Callable[[int, float, int], float]
 
 def allreduce_model(*, workers: int, bandwidth: BandwidthSchedule, overhead_s: float,
                     latency_s: float) -> Transfer:
-    bits_per_byte = 8.0 * 2.0 * (workers - 1) / workers
+    bits_per_byte = 8.0 * comm_factor("allreduce", workers, 1)
     hops_latency = 2 * (workers - 1) * latency_s
     finish = bandwidth.finish
     constant = bandwidth.is_constant

@@ -14,6 +14,13 @@ combines one window of all workers with ``merge_windows`` into an ``Observation`
 """
 
 from common.stats._collector import StatsCollector, busy_time, comm_factor
+from common.stats._layers import (
+    backward_times,
+    layers_by_block,
+    layers_by_rank,
+    per_layer,
+    ring_bytes,
+)
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
@@ -25,7 +32,12 @@ __all__ = [
     "Observation",
     "StatsCollector",
     "Window",
+    "backward_times",
     "busy_time",
     "comm_factor",
+    "layers_by_block",
+    "layers_by_rank",
     "merge_windows",
+    "per_layer",
+    "ring_bytes",
 ]

@@ -25,7 +25,7 @@ from common.decision_log import read_log
 skip_without_mxnet()
 
 from autobyte_mx._stats import StepRecorder  # noqa: E402
-from autobyte_mx._tuning import Tuning, backward_times, layer_groups  # noqa: E402
+from autobyte_mx._tuning import Tuning  # noqa: E402
 from common.errors import ConfigError  # noqa: E402
 from common.stats import comm_factor  # noqa: E402
 
@@ -41,20 +41,9 @@ BATCH = 32
 
 
 def test_layers_are_blocks_in_forward_order() -> None:
-    index, layer_bytes = layer_groups(TENSORS)
-    assert layer_bytes == [78000, 240800, 8040]
-    assert index["net_dense0_bias"] == 0 and index["net_dense1_weight"] == 1
-    assert index["net_dense2_bias"] == 2
-    # the same block name further on is another layer (e.g. a shared block used twice)
-    assert layer_groups([("a_weight", 1), ("b_weight", 2), ("a_bias", 4)])[1] == [1, 2, 4]
-
-
-def test_backward_times_are_gaps_and_the_first_ready_layer_gets_the_smallest() -> None:
-    # layer ready times in forward order: layer 2 (the head) first, layer 0 last
-    times = backward_times([10.012, 10.005, 10.001])
-    assert times == pytest.approx([0.007, 0.004, 0.004])
-    assert backward_times([1.0, 1.5, 1.2]) == pytest.approx([0.0, 0.3, 0.3])  # clamped at 0
-    assert backward_times([2.0]) == [0.0] and backward_times([]) == []
+    agent = _Recorder()
+    Tuning(agent, Config(tuner="none")).set_layers(TENSORS)
+    assert agent.calls == [("layers", [78000, 240800, 8040])]
 
 
 def test_layer_times_need_every_layer() -> None:

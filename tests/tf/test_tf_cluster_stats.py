@@ -18,13 +18,13 @@ from numpy.typing import NDArray
 from autobyte_tf.cluster import check_no_auto_jit, file_barrier, parse_tf_config
 from autobyte_tf.control import Controller, SteppedFunction, decision_lead
 from autobyte_tf.planning import TensorInfo
-from autobyte_tf.stats import StepRecorder, backward_times, layer_of, per_layer, ring_bytes
+from autobyte_tf.stats import StepRecorder
 from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
 from common.control.testing import ScriptedTuner
 from common.errors import ConfigError
-from common.stats import Window
+from common.stats import Window, ring_bytes
 from common.testing import peers_agree
 from common.trigger import ThresholdTrigger
 
@@ -66,16 +66,6 @@ def test_xla_auto_jit_is_refused() -> None:
     check_no_auto_jit({})
     with pytest.raises(ConfigError, match="auto-clustering"):
         check_no_auto_jit({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"})
-
-
-def test_backward_times_from_ready_times() -> None:
-    # forward F = B/2: last ready = F + b_last; gaps give the others
-    b = [0.002, 0.001, 0.003]
-    forward = sum(b) / 2
-    ready = [forward + b[2] + b[1] + b[0], forward + b[2] + b[1], forward + b[2]]
-    assert backward_times(ready) == pytest.approx(b)
-    assert backward_times([0.5, 0.7]) == pytest.approx([0.0, 0.7 * 2 / 3])  # clamped
-    assert ring_bytes(1000, 1) == 0 and ring_bytes(1000, 4) == 1500
 
 
 def test_recorder_separates_traced_steps_and_computes_rates() -> None:
@@ -274,14 +264,6 @@ def test_a_step_that_traced_is_warmup_for_the_tuner() -> None:
     (w,) = windows
     assert (w.steps, w.warmup_steps) == (2, 1) and w.elapsed_s == pytest.approx(0.2)
     agent.close()
-
-
-def test_a_bias_joins_the_layer_of_the_kernel_before_it() -> None:
-    # conv kernel, its bias, a batch-norm's scale and offset, dense kernel, bias, a lone kernel
-    layers = layer_of([4, 1, 1, 1, 2, 1, 2])
-    assert layers == [0, 0, 0, 0, 1, 1, 2]
-    assert per_layer([1.0, 0.5, 0.25, 0.25, 2.0, 1.0, 3.0], layers) == [2.0, 3.0, 3.0]
-    assert layer_of([1, 2]) == [0, 1] and per_layer([], []) == []
 
 
 def test_file_barrier_waits_for_every_worker(tmp_path: Path) -> None:
