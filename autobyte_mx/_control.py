@@ -1,6 +1,13 @@
-"""The step agreement's channel in MXNet: one ps-lite key every worker pushpulls each step.
+"""The step protocol: at each step boundary every worker takes rank 0's decision, switches at
+once, starts the step and sends its vector for the next one; finished steps go to the tuner.
 
-``common.agreement`` makes and reads the vector; this key carries it. Rank 0's plan head
+A step boundary is where the store learns a step has begun: a key is pushed again. Python only
+queues work for MXNet's engine, so a step's first push also waits until the communication of the
+step ``RUN_AHEAD_STEPS`` before it has finished (which never stalls the engine: the step in
+between is still queued).
+
+``common.agreement`` makes and reads the vector; one ps-lite key every worker pushpulls each
+step carries it (``ControlKey``). Rank 0's plan head
 (``_pace``) rides as its payload. The vector is written around the engine (``_engine.host_view``):
 the last exchange was waited for, and an engine write would wait for the step's queued backward
 pass, holding back every gradient push of the step until then. Under 2-bit compression the
@@ -9,6 +16,8 @@ values go as bits that compression keeps exact (``_compression.wire``).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import mxnet as mx
@@ -17,11 +26,118 @@ import numpy.typing as npt
 
 from autobyte_mx import _engine
 from autobyte_mx._compression import unwire, wire
-from autobyte_mx._layout import CONTROL_KEY
+from autobyte_mx._issue import COMM_PRIORITY, Issuer, clock
+from autobyte_mx._layout import CONTROL_KEY, Groups, Tensor
+from autobyte_mx._progress import Progress
+from autobyte_mx._remote import RemoteOptimizer
+from autobyte_mx._stats import StepRecorder
 from autobyte_mx._transport import Transport
+from autobyte_mx._tuning import Tuning
+from autobyte_mx._watchdog import Watchdog
 from common.agreement import Agreed, Agreement
 
-__all__ = ["ControlKey"]
+__all__ = ["DECISION_LEAD_STEPS", "ControlKey", "Controller"]
+
+log = logging.getLogger(__name__)
+
+RUN_AHEAD_STEPS = 2
+# A step reaches the tuner once all its blocks are done, up to RUN_AHEAD_STEPS + 1 steps after
+# Python ran it, and rank 0 proposes each step's configuration a step ahead: a decision leads by
+# that much (besides the message's time).
+DECISION_LEAD_STEPS = RUN_AHEAD_STEPS + 2
+
+
+class Controller:
+    """One worker's step boundaries (see the module docstring)."""
+
+    def __init__(self, agreement: Agreement, *, rank: int, transport: Transport,
+                 issuer: Issuer, progress: Progress, watchdog: Watchdog, remote: RemoteOptimizer,
+                 groups: Groups, tensors: Mapping[Hashable, Tensor], recorder: StepRecorder,
+                 tuning: Tuning) -> None:
+        self._agreement = agreement
+        self._rank = rank
+        self._transport = transport
+        self._issuer = issuer
+        self._progress = progress
+        self._watchdog = watchdog
+        self._remote = remote
+        self._groups = groups
+        self._tensors = tensors
+        self._recorder = recorder
+        self._tuning = tuning
+        self._key: ControlKey | None = None
+        self.expected: frozenset[Hashable] | None = None  # the Trainer's keys pushed each step
+        self.batch: int | None = None
+        self.layers_changed = True
+        self._backward_s: float | None = None  # gradient-ready spread of the last fed step
+
+    @property
+    def started(self) -> bool:
+        """The first exchange has been made (the workers agree)."""
+        return self._key is not None
+
+    def handshake(self, kv: Any, threshold: float | None) -> None:
+        """Once, before any key exists: create the control key and compare configurations."""
+        if self._key is not None:
+            return
+        self._key = ControlKey(self._agreement, transport=self._transport, threshold=threshold)
+        with self._watchdog.blocking("the first control exchange"):
+            self._key.handshake(kv)
+
+    def new_step(self) -> None:
+        issuer = self._issuer
+        issuer.flush()
+        self._progress.wait(issuer.step + 1 - RUN_AHEAD_STEPS)
+        old, agreed = self._agreement.config, None
+        if self._key is not None:
+            with self._watchdog.blocking("the control key"):
+                agreed = self._key.take()
+        new = None if agreed is None else agreed.config
+        # The previous step ends here: a switch's set-up (new keys) counts in the new
+        # configuration's first step, which the statistics collector treats as warm-up.
+        boundary = clock()
+        before = issuer.main
+        if new is not None:
+            log.info("AutoByte step %d: %s -> %s", issuer.step + 1, old.describe(),
+                     new.describe())
+            self._remote.switching()
+        config = self._agreement.config
+        expected = self.expected
+        if expected is None and issuer.issued:
+            expected = frozenset(issuer.issued)
+        main = self._groups.main(config, expected, self._tensors)
+        issuer.begin(config, main=main, expected=self.expected,
+                     head_bytes=None if agreed is None or agreed.payload is None
+                     else agreed.payload[0])
+        if new is not None and self._remote.active:
+            self._remote.switched(issuer.step, main, expected, same=main is before)
+        self._recorder.begin_step(issuer.step, config, self.batch, at=boundary)
+        head = issuer.head_bytes(self._backward_s) if self._rank == 0 else None
+        assert self._key is not None
+        self._key.send(issuer.step, head_bytes=head, priority=COMM_PRIORITY)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Hand the steps finished since the last call to the tuning agent, in step order."""
+        t0 = clock()
+        self._issuer.collect()
+        if self.layers_changed:
+            self.layers_changed = False
+            self._tuning.set_layers(self._layer_tensors())
+        for rec in self._recorder.finished():
+            if len(rec.ready) > 1:
+                self._backward_s = max(rec.ready.values()) - min(rec.ready.values())
+            self._tuning.step(rec.step, rec.config, done=rec.done, issue_s=rec.duration_s,
+                              samples=rec.samples, ready=rec.ready, nbytes=rec.nbytes,
+                              comm_s=rec.comm_s)
+        self._recorder.add_cost(clock() - t0)
+
+    def _layer_tensors(self) -> list[tuple[str, int]]:
+        """The gradients pushed every step (all keys without a Trainer), in forward order."""
+        expected = self.expected
+        tensors = sorted((t for t in self._tensors.values()
+                          if expected is None or t.key in expected), key=lambda t: t.layer)
+        return [(t.name, t.nbytes) for t in tensors]
 
 
 class ControlKey:

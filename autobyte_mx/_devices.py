@@ -1,4 +1,6 @@
-"""Several devices per worker: their gradients are summed on the worker before anything is sent,
+"""The arrays of each key, one per device of this worker, as MXNet's kvstores take them.
+
+Several devices per worker: their gradients are summed on the worker before anything is sent,
 as ``dist_sync`` does (its CommCPU reduce), and every device gets the result back.
 
 The sum is an engine op of AutoByte's own (numpy on the arrays' host memory), not MXNet's
@@ -10,15 +12,67 @@ first (a plain copy takes no resource).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import mxnet as mx
 import numpy
 
 from autobyte_mx import _engine
+from autobyte_mx._layout import Tensor
+from common.errors import ConfigError, UnsupportedError
 
-__all__ = ["DeviceSum"]
+__all__ = ["DeviceSum", "check_dense", "local_sum", "outs", "pairs"]
+
+
+def pairs(key: Any, value: Any) -> tuple[list[Hashable], list[list[Any]]]:
+    """Keys and, per key, its arrays: ``(k, a)``, ``(k, [a0, a1])`` (devices) or
+    ``([k1, k2], [a, [b0, b1]])``."""
+    if isinstance(key, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(key):
+            raise ConfigError(f"{len(key)} keys need as many values, got {value!r}")
+        return list(key), [_arrays(k, v) for k, v in zip(key, value, strict=True)]
+    return [key], [_arrays(key, value)]
+
+
+def outs(keys: list[Hashable], out: Any) -> list[list[Any]]:
+    """Per key, the arrays its result goes to."""
+    if len(keys) == 1:
+        return [_arrays(keys[0], out)]
+    if not isinstance(out, (list, tuple)) or len(out) != len(keys):
+        raise ConfigError(f"{len(keys)} keys need as many outputs, got {out!r}")
+    return [_arrays(k, o) for k, o in zip(keys, out, strict=True)]
+
+
+def check_dense(key: Hashable, value: Any) -> None:
+    stype = getattr(value, "stype", "default")
+    if stype != "default":
+        raise UnsupportedError(f"key {key!r} has a {stype} array: AutoByte supports dense "
+                               "gradients only; use kvstore='dist_sync' for sparse models")
+
+
+def local_sum(tensor: Tensor, values: list[Any], priority: int) -> Any:
+    """This worker's gradient of ``tensor``: with several devices, their sum."""
+    checked = tensor.checked  # the Trainer passes the same arrays every step
+    if len(values) != len(checked) or \
+            any(v is not c for v, c in zip(values, checked, strict=True)):
+        for value in values:
+            check_dense(tensor.key, value)
+            if tuple(value.shape) != tensor.shape:
+                raise ConfigError(f"key {tensor.key!r}: value shape {tuple(value.shape)} "
+                                  f"differs from the initialised shape {tensor.shape}")
+        tensor.checked = tuple(values)
+        tensor.devices = DeviceSum(values, tensor.shape, tensor.dtype) \
+            if len(values) > 1 else None
+    return values[0] if tensor.devices is None else tensor.devices.push(priority)
+
+
+def _arrays(key: Hashable, value: Any) -> list[Any]:
+    """One key's arrays, one per device of this worker (an array alone: one device)."""
+    arrays = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not arrays:
+        raise ConfigError(f"key {key!r}: no arrays given")
+    return arrays
 
 
 class DeviceSum:

@@ -29,10 +29,11 @@ from typing import Any
 import numpy
 
 from common.config import Config
+from common.errors import ConfigError
 from common.plan import Block, Layout, Pin, Segment, TensorSpec, make_layout
 
-__all__ = ["CONTROL_KEY", "WHOLE", "Buffer", "Group", "Groups", "Slot", "Tensor", "block_name",
-           "layout_id", "pins_for", "server_of"]
+__all__ = ["CONTROL_KEY", "WHOLE", "Buffer", "Group", "Groups", "Slot", "Tensor", "Tensors",
+           "block_name", "layout_id", "pins_for", "server_of"]
 
 CONTROL_KEY = 0
 WHOLE = 0  # layout id of "each tensor whole, one key each" (scheduling off)
@@ -77,6 +78,41 @@ class Tensor:
 
     def spec(self) -> TensorSpec:
         return TensorSpec(self.name, self.nbytes, self.itemsize, numpy.dtype(self.dtype).name)
+
+
+class Tensors(dict[Hashable, Tensor]):
+    """The keys initialised so far (key -> ``Tensor``, in registration order) and their
+    forward order: the hint's position (``forward``, by name), then registration order, the
+    same on every worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] | None = None  # the Trainer's parameter names, by key
+        self.forward: dict[str, int] = {}
+
+    def of(self, key: Hashable) -> Tensor:
+        try:
+            return self[key]
+        except KeyError:
+            raise ConfigError(f"key {key!r} was never initialised (init or broadcast it "
+                              f"first); known keys: {sorted(map(str, self))}") from None
+
+    def add(self, key: Hashable, value: Any) -> Tensor:
+        if key in self:
+            raise ConfigError(f"key {key!r} is already initialised")
+        names = self.names
+        name = names[key] if names is not None and isinstance(key, int) else str(key)
+        tensor = self[key] = Tensor(key, name, tuple(value.shape), value.dtype,
+                                    numpy.dtype(value.dtype).itemsize, layer=len(self))
+        return tensor
+
+    def order(self) -> None:
+        """Give every tensor its forward-order layer."""
+        hinted = len(self.forward)
+        ranked = sorted(enumerate(self.values()),
+                        key=lambda it: (self.forward.get(it[1].name, hinted), it[0]))
+        for layer, (_, tensor) in enumerate(ranked):
+            tensor.layer = layer
 
 
 @dataclass(frozen=True, slots=True)

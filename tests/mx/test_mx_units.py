@@ -448,7 +448,7 @@ def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  
         _train(store, [None], rng)
         mx.nd.waitall()
         assert store._watchdog._outstanding == 0, f"after {store.step} steps"
-        assert not store._unfinished, f"step {store.step} never counted as done"
+        assert store._progress.idle, f"step {store.step} never counted as done"
     assert not store.config.scheduling
 
 
