@@ -23,8 +23,8 @@ from autobyte_mx._compat import INSTALL_HINT, import_mxnet
 _mx = import_mxnet()
 
 from autobyte_mx._checks import OverlapWarning, install_hybridize_check  # noqa: E402
+from autobyte_mx._patches import install as _install_trainer  # noqa: E402
 from autobyte_mx._stats import ChunkTiming, StepStats  # noqa: E402
-from autobyte_mx._trainer import install as _install_trainer  # noqa: E402
 from autobyte_mx.kvstore import AutoByte  # noqa: E402
 
 _install_trainer(_mx.gluon.trainer, AutoByte)

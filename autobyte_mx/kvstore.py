@@ -197,12 +197,13 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def step(self) -> int:
         return self._issuer.step
 
-    def reconfigure(self, config: Config) -> None:
-        """Rank 0's request: every worker switches at the same later step (one step of lag).
+    def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
+        """Switch to ``config`` (or the current one with ``changes``) at the next step but one.
 
-        On other ranks the call is ignored, so every worker can run the same tuning code.
+        Every worker switches at the same step; rank 0's request decides (calling it on every
+        worker with the same value is fine).
         """
-        self._agreement.request(config)
+        self._agreement.request(config, **changes)
 
     def set_layer_order(self, names: Sequence[str]) -> None:
         """Forward order hint: parameter names (or str(key)) from the input side on.

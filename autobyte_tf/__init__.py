@@ -15,14 +15,17 @@ from typing import TYPE_CHECKING, Any
 from common.errors import FrameworkMissingError
 
 if TYPE_CHECKING:
-    from autobyte_tf.stats import TrainingStats
+    from autobyte_tf._checks import file_barrier
+    from autobyte_tf._stats import TrainingStats
     from autobyte_tf.strategy import AutoByteStrategy
 
-__all__ = ["REQUIRED_TENSORFLOW", "AutoByteStrategy", "TrainingStats", "require_tensorflow"]
+__all__ = ["REQUIRED_TENSORFLOW", "AutoByteStrategy", "TrainingStats", "file_barrier",
+           "require_tensorflow"]
 
 REQUIRED_TENSORFLOW = "2.21"
 _MISSING = "autobyte_tf needs tensorflow==2.21: pip install 'autobyte[tf]'"
-_LAZY = {"AutoByteStrategy": "autobyte_tf.strategy", "TrainingStats": "autobyte_tf.stats"}
+_LAZY = {"AutoByteStrategy": "autobyte_tf.strategy", "TrainingStats": "autobyte_tf._stats",
+         "file_barrier": "autobyte_tf._checks"}
 
 
 def require_tensorflow() -> Any:
@@ -41,7 +44,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'autobyte_tf' has no attribute {name!r}")
-    if name != "TrainingStats":
+    if name == "AutoByteStrategy":
         require_tensorflow()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

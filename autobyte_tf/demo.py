@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
         describe: Callable[[], str] = functools.partial(str, "compute alone")
         tuning: Any = "off (compute alone)"
     elif args.baseline:  # plain MultiWorkerMirroredStrategy, with the same Keras fixes
-        from autobyte_tf import keras_compat
+        from autobyte_tf import _patches
 
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        keras_compat.install()
+        _patches.install()
         rank = int(strategy.extended._id_in_cluster or 0)
         workers = int(strategy.extended._num_workers)
         window = args.window or Config.from_env().window_steps

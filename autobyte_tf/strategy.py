@@ -15,7 +15,7 @@ coordinator's decisions into the step agreement, so every worker switches at the
 
 Everything else is MWMS's: variables, datasets, checkpoints, the collective runtime. Only the
 cross-device op is replaced (``cross_device_ops``), Keras 3 is made to work under MWMS
-(``keras_compat``), and step calls keep the agreement protocol (``control``). Custom loops use
+(``_patches``), and step calls keep the agreement protocol (``_control``). Custom loops use
 ``strategy.run`` as with MWMS; wrap the step in ``strategy.function`` (instead of
 ``tf.function``) to get reconfiguration and statistics there too.
 """
@@ -38,11 +38,11 @@ import tensorflow as tf
 from numpy.typing import NDArray
 from tensorflow.python.ops import resource_variable_ops
 
-from autobyte_tf import keras_compat
-from autobyte_tf.cluster import check_no_auto_jit, parse_tf_config
-from autobyte_tf.control import Controller, SteppedFunction, decision_lead
-from autobyte_tf.cross_device_ops import AutoByteAllReduce, after, gated_stamp
-from autobyte_tf.stats import TrainingStats
+from autobyte_tf import _patches
+from autobyte_tf._checks import check_no_auto_jit, parse_tf_config
+from autobyte_tf._control import Controller, SteppedFunction, decision_lead
+from autobyte_tf._stats import TrainingStats
+from autobyte_tf._transport import AutoByteAllReduce, after, gated_stamp
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError
@@ -105,7 +105,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
         _exit_on_sigterm()
-        keras_compat.install()
+        _patches.install()
         extended = self.extended
         self._worker_device = extended.worker_devices[0]
         workers = int(extended._num_workers)
@@ -169,13 +169,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         worker with the same value is fine). The next step of each function retraces once,
         unless it ran this configuration before (its trace is kept).
         """
-        if config is None:
-            new = self.config.replace(**changes)
-        elif changes:
-            new = config.replace(**changes)
-        else:
-            new = config
-        self._controller.reconfigure(new)
+        self._controller.reconfigure(config, **changes)
 
     @property
     def tuning(self) -> TuningAgent:
@@ -204,7 +198,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
             options: Any = None) -> Any:
         return super().run(self._counted(fn), args=args, kwargs=kwargs, options=options)
 
-    # -- hooks for keras_compat ------------------------------------------------------------------
+    # -- hooks for _patches ------------------------------------------------------------------
     def stepped(self, build: Callable[[], Callable[..., Any]], *,
                 can_sample: Callable[[], bool]) -> SteppedFunction:
         return SteppedFunction(self._controller, build, lambda: int(self._samples.numpy()),

@@ -79,11 +79,11 @@ def worker(args: argparse.Namespace) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
     import autobyte_tf
-    from autobyte_tf import keras_compat
-    from autobyte_tf.cluster import file_barrier
+    from autobyte_tf import _patches
+    from autobyte_tf._checks import file_barrier
 
     plain = tf.distribute.MultiWorkerMirroredStrategy()
-    keras_compat.install()  # Keras 3 fit under plain MWMS needs the #20585 fixes too
+    _patches.install()  # Keras 3 fit under plain MWMS needs the #20585 fixes too
     strategies: dict[str, Any] = {"mwms": plain}
     for variant in ("good", "poor"):
         partition, credit = getattr(args, variant).split(":")

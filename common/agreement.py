@@ -17,6 +17,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from common.config import Config
 from common.errors import ConfigError
@@ -71,12 +72,13 @@ class Agreement:
         """The configuration in force (the same on every worker)."""
         return self._config
 
-    def request(self, config: Config) -> None:
-        """Ask for ``config`` from the next agreement on; only rank 0's request is sent, and
-        it wins over the tuner's decision."""
-        if not isinstance(config, Config):
+    def request(self, config: Config | None = None, **changes: Any) -> None:
+        """Ask for ``config`` (the one in force when None) with ``changes`` from the next
+        agreement on; only rank 0's request is sent, and it wins over the tuner's decision."""
+        if config is not None and not isinstance(config, Config):
             raise ConfigError(f"reconfigure needs a Config (common.config), got {config!r}")
-        self._pending = config
+        base = self._config if config is None else config
+        self._pending = base.replace(**changes) if changes else base
 
     def vector(self, step: int, *, due_at: int, payload: Sequence[int] | None = None,
                payload_len: int = 0) -> list[float]:

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from autobyte_tf.cluster import check_no_auto_jit, file_barrier, parse_tf_config
-from autobyte_tf.control import Controller, SteppedFunction, decision_lead
-from autobyte_tf.planning import TensorInfo
-from autobyte_tf.stats import StepRecorder
+from autobyte_tf._checks import check_no_auto_jit, file_barrier, parse_tf_config
+from autobyte_tf._control import Controller, SteppedFunction, decision_lead
+from autobyte_tf._sequencer import TensorInfo
+from autobyte_tf._stats import StepRecorder
 from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autobyte_tf.planning import TensorInfo, make_plan
+from autobyte_tf._sequencer import TensorInfo, make_plan
 from common.config import Config
 from common.errors import ConfigError
 

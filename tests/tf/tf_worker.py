@@ -22,7 +22,7 @@ import tensorflow as tf
 from numpy.typing import NDArray
 
 import autobyte_tf
-from autobyte_tf.cluster import file_barrier
+from autobyte_tf._checks import file_barrier
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)

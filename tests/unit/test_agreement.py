@@ -99,3 +99,17 @@ def test_a_payload_must_fit_its_slots_and_a_vector_must_be_whole() -> None:
     with pytest.raises(ValueError, match="12 \\+ 2n values, got 13"):
         r0.take([0.0] * 13)
     assert r0.take(r0.vector(1, due_at=2, payload_len=4)).payload is None
+
+
+def test_a_request_may_change_the_configuration_in_force() -> None:
+    cfg = Config(partition_bytes="1MiB", credit_bytes="4MiB")
+    (r0,) = _workers(cfg, 1)
+    r0.request(credit_bytes="8MiB")
+    assert r0.take(r0.vector(1, due_at=2)).config == cfg.replace(credit_bytes="8MiB")
+    before = r0.config
+    r0.request(Config(partition_bytes="64KiB", credit_bytes="64KiB"), window_steps=4)
+    agreed = r0.take(r0.vector(2, due_at=3)).config  # the knobs the agreement carries
+    assert agreed == before.replace(partition_bytes="64KiB", credit_bytes="64KiB")
+    assert agreed is not None and agreed.window_steps == before.window_steps
+    with pytest.raises(ConfigError, match="partition_bytes"):
+        r0.request(partition_bytes="1B")

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from tensorflow.python.distribute import cross_device_ops as tf_cdo
 from tensorflow.python.distribute import reduce_util
 
-from autobyte_tf.planning import Plan, TensorInfo
+from autobyte_tf._sequencer import Plan, TensorInfo
 from common.plan import MAX_LANES
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from autobyte_tf.planning import Plan, TensorInfo, make_plan
-from autobyte_tf.stats import StepRecorder
+from autobyte_tf._sequencer import Plan, TensorInfo, make_plan
+from autobyte_tf._stats import StepRecorder
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
@@ -196,10 +196,10 @@ class Controller:
         self._start = when
 
     # -- the step protocol ----------------------------------------------------------------------
-    def reconfigure(self, config: Config) -> None:
-        """Ask for ``config`` from the first boundary whose agreement has not started on
-        (rank 0's request wins)."""
-        self._agreement.request(config)
+    def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
+        """Ask for ``config`` with ``changes`` from the first boundary whose agreement has
+        not started on (rank 0's request wins)."""
+        self._agreement.request(config, **changes)
 
     def begin(self, owner: object | None = None) -> _Step:
         """Start a step of ``owner`` (a step function). A new owner (another model) starts
