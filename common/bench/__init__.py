@@ -1,7 +1,6 @@
-"""The paper's evaluation on the testbed (issue 8): real jobs, side by side, CSV + PNG + table.
-
-``autobyte bench <experiment> [--quick]``; see ``common.bench._experiments`` for what each
-experiment runs and measures.
+"""Real jobs on the testbed, side by side: the paper's evaluation (``autobyte bench``,
+``_experiments``), and the meta-network's real training data (``autobyte meta collect``,
+``_collect``).
 """
 
 from common.bench._jobs import JobRun, JobSpec, Window, knobs_label, run_jobs

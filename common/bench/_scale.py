@@ -1,4 +1,4 @@
-"""Scale by simulation (issue 8, item 6): 8 to 128 workers, every strategy against the limit.
+"""Scale by simulation: 8 to 128 workers, every strategy against the limit.
 
 For each model (the four real profiles), architecture (ring all-reduce; PS with one server per
 four workers) and worker count, at --bandwidth, the simulator runs:

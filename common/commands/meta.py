@@ -255,8 +255,8 @@ def _split(text: str, name: str) -> list[str]:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    from common.bench._collect import run_sweeps, samples_from_logs, sweep_plan
     from common.meta import Dataset
-    from common.meta._collect import run_sweeps, samples_from_logs, sweep_plan
 
     if args.servers < 1:
         raise ConfigError(f"--servers must be >= 1, got --servers={args.servers}")

@@ -151,7 +151,7 @@ class JobTracker:
     all of them. So the link is the best B_u, B_d among the recent windows (what the job has
     shown it can move) and each layer's time the median of theirs. A window of another job
     (other layers, workers or architecture) starts the history anew. The tuner and the
-    dataset's testbed rows (``common.meta._collect``) both describe jobs this way.
+    dataset's testbed rows (``common.bench._collect``) both describe jobs this way.
     """
 
     def __init__(self, history: int = 8) -> None:

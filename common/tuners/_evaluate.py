@@ -1,8 +1,8 @@
 """Run a tuner against an objective, and the simulator as that objective.
 
-Used by the tests and ``benchmarks/sim_bench.py`` to hold the search tuners to the bar of
-issue 2: with the simulator as the objective, Bayesian optimisation reaches a configuration
-within 5% of the grid-search optimum in at most 15 evaluations.
+Used by the tests and ``benchmarks/sim_bench.py`` to hold the search tuners to their bar: with
+the simulator as the objective, Bayesian optimisation reaches a configuration within 5% of the
+grid-search optimum in at most 15 evaluations.
 """
 
 from __future__ import annotations

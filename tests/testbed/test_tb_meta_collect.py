@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from tb_helpers import root_only
 
+from common.bench._collect import sweep_plan
 from common.cli import main
 from common.meta import Dataset
-from common.meta._collect import sweep_plan
 from common.progress import NATIVE
 from common.tuners import NATIVE_BYTES
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.bench._collect import samples_from_log, samples_from_logs, sweep_configs, sweep_plan
 from common.cli import main
 from common.config import Config
 from common.decision_log import DecisionLog
 from common.errors import ConfigError
 from common.meta import Dataset
-from common.meta._collect import samples_from_log, samples_from_logs, sweep_configs, sweep_plan
 from common.progress import NATIVE
 from common.stats import Observation
 

@@ -14,7 +14,7 @@ step asked for, and the steps before it are slower); windows the coordinator ski
 a positive speed.
 
 ``sweep_plan`` and ``run_sweeps`` make such logs on the testbed: jobs of the adapters' demo
-workers that switch through fixed configurations (``common.bench``, tuner ``observe``).
+workers that switch through fixed configurations (``run_jobs``, tuner ``observe``).
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def run_sweeps(jobs: Sequence[SweepJob], *, out: Path, timeout: float = 300.0,
                ) -> tuple[list[Path], list[str]]:
     """Run ``jobs`` one after another, each on its own testbed (``common.bench.run_jobs``).
     Returns the decision logs written and the errors of jobs that failed (the others go on)."""
-    from common.bench import JobSpec, run_jobs
+    from common.bench._jobs import JobSpec, run_jobs
 
     logs: list[Path] = []
     errors: list[str] = []
