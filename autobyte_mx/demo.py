@@ -24,6 +24,7 @@ os.environ.setdefault("MXNET_MKLDNN_ENABLED",
                       "1" if {"lstm", "--model=lstm"} & set(sys.argv) else "0")
 
 from autobyte_mx._compat import import_mxnet
+from common.config import RANK_ENV, environment
 
 if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
     import_mxnet()  # runs the node, then exits
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd",  # type: ignore[attr-defined]
                                {"learning_rate": 0.01, "momentum": 0.9}, kvstore=store)
     if store is None:
-        rank = int(os.environ.get("AUTOBYTE_RANK", "0"))
+        rank = environment(RANK_ENV) or 0
         workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
     else:
         rank, workers = store.rank, store.num_workers

@@ -1,8 +1,10 @@
-"""The one typed source of truth for AutoByte's settings.
+"""The one typed source of truth for AutoByte's settings and every ``AUTOBYTE_*`` variable.
 
-Precedence, lowest first: the defaults below, ``AUTOBYTE_*`` environment variables, keyword
-arguments. Every value is validated here, so the scheduler and the adapters can trust a Config.
-Sizes may be given as ints (bytes) or strings ("4MiB", "512KiB", "4MB").
+A ``Config`` holds the knobs. Precedence, lowest first: the defaults below, ``AUTOBYTE_*``
+environment variables, keyword arguments. Every value is validated here, so the scheduler and
+the adapters can trust a Config. Sizes may be given as ints (bytes) or strings ("4MiB",
+"512KiB", "4MB"). The other variables describe the job a process is part of (most are set by
+``autobyte launch``); ``environment`` reads and validates each of them.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from common.errors import ConfigError
 from common.units import format_bytes, parse_bytes
 
-__all__ = ["ENV_PREFIX", "Config", "known_env_vars"]
+__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "ENV_PREFIX", "LOG_DIR_ENV",
+           "META_MODEL_ENV", "NUM_WORKERS_ENV", "RANK_ENV", "ROLE_ENV", "SECRET_ENV",
+           "TESTBED_PREFIX_ENV", "VERBOSE_ENV", "Config", "environment", "known_env_vars"]
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +31,20 @@ MAX_PARTITION_BYTES = 1024**3
 MAX_CREDIT_BYTES = 16 * 1024**3
 TUNERS = ("none", "observe", "default", "grid", "bayesian", "meta")
 
-# AUTOBYTE_* variables read elsewhere (not Config fields); listed so a typo can be reported.
-_OTHER_ENV_VARS = {
-    "AUTOBYTE_SECRET",
-    "AUTOBYTE_COORDINATOR",
-    "AUTOBYTE_LOG_DIR",
-    "AUTOBYTE_META_MODEL",
-    "AUTOBYTE_TESTBED_PREFIX",
-    "AUTOBYTE_RANK",
-    "AUTOBYTE_NUM_WORKERS",
-    "AUTOBYTE_ROLE",
-    "AUTOBYTE_CONTROL_ENDPOINT",
-    "AUTOBYTE_VERBOSE",
-}
+# The job's environment besides the knobs.
+SECRET_ENV = "AUTOBYTE_SECRET"  # the control plane's shared key (launchers make one per job)
+COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"  # a standalone coordinator's address
+CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"  # where rank 0 hosts it (the launcher's)
+LOG_DIR_ENV = "AUTOBYTE_LOG_DIR"  # decision logs and adapted networks (./autobyte-logs)
+META_MODEL_ENV = "AUTOBYTE_META_MODEL"  # a meta-network file instead of the shipped one
+TESTBED_PREFIX_ENV = "AUTOBYTE_TESTBED_PREFIX"  # the testbed's namespace names (abt)
+RANK_ENV = "AUTOBYTE_RANK"
+NUM_WORKERS_ENV = "AUTOBYTE_NUM_WORKERS"
+ROLE_ENV = "AUTOBYTE_ROLE"
+VERBOSE_ENV = "AUTOBYTE_VERBOSE"  # keep every framework log line, log at DEBUG
+ROLES = ("worker", "server", "scheduler")
+_ENDPOINT = re.compile(r"^(tcp://[^\s:]+:(\d+|\*)|ipc://\S+|inproc://\S+)$")
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{1,4}$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,7 +141,19 @@ class Config:
 
 def known_env_vars() -> list[str]:
     names = {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Config)}
-    return sorted(names | _OTHER_ENV_VARS)
+    return sorted(names | _OTHER_ENV_VARS.keys())
+
+
+def environment(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of the ``AUTOBYTE_*`` variable ``name`` (one of the ``*_ENV`` names above),
+    parsed; None when it is unset or empty. A malformed value is a ConfigError that names the
+    variable and what it allows."""
+    parse = _OTHER_ENV_VARS.get(name)
+    if parse is None:
+        raise ValueError(f"{name} is not one of AutoByte's job variables: "
+                         f"{sorted(_OTHER_ENV_VARS)}")
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    return parse(raw, name) if raw else None
 
 
 def _check_names(values: Mapping[str, Any]) -> None:
@@ -202,6 +220,32 @@ def _number_in(kind: type, low: float, high: float) -> Callable[[Any, str], Any]
         return number
     return parse
 
+
+def _text(value: Any, name: str) -> str:
+    return str(value)
+
+
+def _matching(pattern: re.Pattern[str], allowed: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, name: str) -> str:
+        if not pattern.match(str(value)):
+            raise ConfigError(f"{name} must be {allowed}, but got {name}={value!r}")
+        return str(value)
+    return parse
+
+
+_OTHER_ENV_VARS: dict[str, Callable[[Any, str], Any]] = {
+    SECRET_ENV: _text,
+    COORDINATOR_ENV: _matching(_ENDPOINT, "an address like tcp://<host>:<port>"),
+    CONTROL_ENDPOINT_ENV: _matching(_ENDPOINT, "an address like tcp://<host>:<port>"),
+    LOG_DIR_ENV: _text,
+    META_MODEL_ENV: _text,
+    TESTBED_PREFIX_ENV: _matching(_PREFIX, "2-5 lowercase letters/digits starting with a "
+                                  "letter"),
+    RANK_ENV: _number_in(int, 0, 1 << 20),
+    NUM_WORKERS_ENV: _number_in(int, 1, 1 << 20),
+    ROLE_ENV: _parse_choice(ROLES),
+    VERBOSE_ENV: _parse_bool,
+}
 
 _PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "partition_bytes": _size_in(MIN_PARTITION_BYTES, MAX_PARTITION_BYTES),

@@ -25,17 +25,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from common.config import LOG_DIR_ENV, environment
+
 __all__ = ["LOG_VERSION", "DecisionLog", "default_log_path", "read_log"]
 
 log = logging.getLogger(__name__)
 
 LOG_VERSION = 1
-LOG_DIR_ENV = "AUTOBYTE_LOG_DIR"
 
 
 def default_log_path(job: str | None = None) -> Path:
     """``$AUTOBYTE_LOG_DIR`` (default ./autobyte-logs) / decisions-<job>.jsonl."""
-    directory = Path(os.environ.get(LOG_DIR_ENV) or "autobyte-logs")
+    directory = Path(environment(LOG_DIR_ENV) or "autobyte-logs")
     name = job or time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     return directory / f"decisions-{name}.jsonl"
 

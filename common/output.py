@@ -18,10 +18,11 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from common.config import VERBOSE_ENV, environment
+
 __all__ = ["VERBOSE_ENV", "child_env", "filtered_stderr", "import_tensorflow", "is_noise",
            "setup_logging", "verbose"]
 
-VERBOSE_ENV = "AUTOBYTE_VERBOSE"
 OWN = ("common", "autobyte_tf", "autobyte_mx", "__main__")
 
 # TensorFlow 2.21 writes these before absl's logging is initialised, whatever
@@ -34,7 +35,7 @@ _CPP_ERROR_NOISE = re.compile(r"cuInit|cuda|CUDA|cuDNN|cuFFT|cuBLAS|TensorRT|"
 
 
 def verbose() -> bool:
-    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+    return bool(environment(VERBOSE_ENV))
 
 
 def child_env(verbose_: bool | None = None) -> dict[str, str]:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
-from common.config import Config
+from common.config import CONTROL_ENDPOINT_ENV, COORDINATOR_ENV, Config, environment
 from common.control._coordinator import Coordinator
 from common.control._decision import Decision
 from common.control._hosted import HostedCoordinator
@@ -40,8 +40,6 @@ __all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent", "adapter_op
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"
-CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"
 HOSTED_WORKERS_HINT = 16  # above this, suggest a standalone coordinator (benchmarks/stats_bench.py)
 
 
@@ -83,8 +81,8 @@ class TuningAgent:
             self.why_disabled = "tuner='none'"
             log.debug("live tuning is off (tuner='none'); training uses %s", config.describe())
             return
-        external = env.get(COORDINATOR_ENV, "")
-        endpoint = endpoint or external or env.get(CONTROL_ENDPOINT_ENV) or None
+        external = environment(COORDINATOR_ENV, env)
+        endpoint = endpoint or external or environment(CONTROL_ENDPOINT_ENV, env)
         host = (rank == 0 and not external) if host_coordinator is None else host_coordinator
         if endpoint is None:
             if not (host and num_workers == 1):

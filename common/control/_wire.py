@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from common.config import SECRET_ENV, environment
 from common.errors import ControlError
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WIRE_VERSION = 1
-SECRET_ENV = "AUTOBYTE_SECRET"
 MESSAGE_TYPES = ("hello", "report", "alive", "bye", "decision", "heartbeat")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SUMMARY_S = 10.0  # rejected messages beyond the first few are summed up at most this often
@@ -66,8 +66,7 @@ def ensure_secret(environ: MutableMapping[str, str] | None = None) -> str:
 
 
 def secret_from_env(environ: Mapping[str, str] | None = None) -> bytes | None:
-    env = os.environ if environ is None else environ
-    value = env.get(SECRET_ENV, "")
+    value = environment(SECRET_ENV, environ)
     return value.encode() if value else None
 
 

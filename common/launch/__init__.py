@@ -13,7 +13,8 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from common.control import COORDINATOR_ENV, SECRET_ENV, ensure_secret
+from common.config import CONTROL_ENDPOINT_ENV, COORDINATOR_ENV, SECRET_ENV
+from common.control import ensure_secret
 from common.errors import ConfigError
 from common.launch._plan import FRAMEWORKS, ProcessSpec, default_placement, plan
 from common.launch._ports import reserve_ports
@@ -38,7 +39,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"
 
 
 def launch(*, framework: str, command: Sequence[str], workers: int, servers: int = 1,

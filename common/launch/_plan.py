@@ -20,6 +20,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 
+from common.config import NUM_WORKERS_ENV, RANK_ENV, ROLE_ENV
 from common.errors import ConfigError
 
 __all__ = ["FRAMEWORKS", "ProcessSpec", "default_placement", "plan"]
@@ -116,7 +117,7 @@ def plan(*, framework: str, workers: int, servers: int, addresses: Sequence[str]
     port_of = dict(zip(names, ports, strict=False))
     if framework == "mxnet":
         _align_with_pslite_ranks(workers, place, port_of, addresses)
-    common = {"AUTOBYTE_NUM_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"}
+    common = {NUM_WORKERS_ENV: str(workers), "PYTHONUNBUFFERED": "1"}
     specs = []
     if framework == "mxnet":
         root = addresses[place["scheduler"]]
@@ -130,7 +131,7 @@ def plan(*, framework: str, workers: int, servers: int, addresses: Sequence[str]
         role = name.rstrip("0123456789")
         rank = int(name[len(role):] or 0)
         address = addresses[place[name]]
-        env = dict(common, AUTOBYTE_RANK=str(rank), AUTOBYTE_ROLE=role)
+        env = dict(common) | {RANK_ENV: str(rank), ROLE_ENV: role}
         if framework == "mxnet":
             env |= {"DMLC_ROLE": role, "DMLC_NODE_HOST": address}
             if role != "scheduler":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import statistics
 import threading
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from common.config import Config
+from common.config import LOG_DIR_ENV, META_MODEL_ENV, Config, environment
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import JobTracker, MetaInput, anchor
 from common.tuners import BayesianTuner, SearchSpace, Tuner
@@ -238,7 +237,7 @@ def create_meta_tuner(*, space: SearchSpace | None = None, seed: int = 0,
     if predictor is None:
         from common.meta._model import MetaModel
 
-        path = model_path or os.environ.get("AUTOBYTE_META_MODEL") or None
+        path = model_path or environment(META_MODEL_ENV)
         options.setdefault("owns_predictor", True)
         try:
             predictor = MetaModel.load(path)
@@ -246,7 +245,7 @@ def create_meta_tuner(*, space: SearchSpace | None = None, seed: int = 0,
             log.warning("meta tuner unavailable: %s; falling back to Bayesian optimisation",
                         exc)
             return BayesianTuner(space=space, seed=seed, base=base)
-    log_dir = os.environ.get("AUTOBYTE_LOG_DIR")
+    log_dir = environment(LOG_DIR_ENV)
     options.setdefault("adapted_path",
                        Path(log_dir) / "meta-adapted.keras" if log_dir else None)
     return MetaTuner(predictor=predictor, space=space, seed=seed, base=base, **options)

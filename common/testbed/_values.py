@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
+from common.config import TESTBED_PREFIX_ENV, environment
 from common.errors import ConfigError
-from common.testbed import _registry
 from common.units import parse_rate
 
 __all__ = ["DEFAULT_BASE", "default_base", "host_address", "parse_seconds", "rate_or_none"]
@@ -15,10 +13,7 @@ DEFAULT_BASE = "abt"
 
 def default_base() -> str:
     """Namespace name base: AUTOBYTE_TESTBED_PREFIX (e.g. one per engineer or CI job) or abt."""
-    base = os.environ.get("AUTOBYTE_TESTBED_PREFIX", DEFAULT_BASE)
-    if not _registry.NAME_RE.match(base) or len(base) > 5:
-        raise ConfigError("AUTOBYTE_TESTBED_PREFIX must be 2-5 lowercase letters/digits starting "
-                          f"with a letter, got {base!r}")
+    base: str = environment(TESTBED_PREFIX_ENV) or DEFAULT_BASE
     return base
 
 

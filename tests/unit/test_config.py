@@ -1,8 +1,20 @@
 import logging
+import re
 
 import pytest
 
-from common.config import Config, known_env_vars
+from common.config import (
+    COORDINATOR_ENV,
+    NUM_WORKERS_ENV,
+    RANK_ENV,
+    ROLE_ENV,
+    SECRET_ENV,
+    TESTBED_PREFIX_ENV,
+    VERBOSE_ENV,
+    Config,
+    environment,
+    known_env_vars,
+)
 from common.errors import ConfigError
 
 
@@ -120,3 +132,27 @@ def test_dict_round_trip_and_replace_validates() -> None:
     assert config.describe() == "native (the framework's own path)"
     scheduled = config.replace(scheduling=True).describe()
     assert "2MiB" in scheduled and "4x" in scheduled
+
+
+@pytest.mark.parametrize(("name", "raw", "value"), [
+    (RANK_ENV, "3", 3), (NUM_WORKERS_ENV, " 8 ", 8), (ROLE_ENV, "Server", "server"),
+    (VERBOSE_ENV, "0", False), (VERBOSE_ENV, "yes", True), (SECRET_ENV, "s3cret", "s3cret"),
+    (COORDINATOR_ENV, "tcp://10.0.0.1:5599", "tcp://10.0.0.1:5599"),
+    (TESTBED_PREFIX_ENV, "ci7", "ci7"), (RANK_ENV, "", None), (SECRET_ENV, None, None)])
+def test_every_job_variable_is_parsed_in_one_place(name: str, raw: str | None,
+                                                   value: object) -> None:
+    assert environment(name, {} if raw is None else {name: raw}) == value
+    assert name in known_env_vars()
+
+
+@pytest.mark.parametrize(("name", "raw", "allowed"), [
+    (RANK_ENV, "-1", "between 0"), (NUM_WORKERS_ENV, "two", "must be a int"),
+    (ROLE_ENV, "boss", "one of"), (VERBOSE_ENV, "loud", "true/false"),
+    (COORDINATOR_ENV, "10.0.0.1:5599", "tcp://<host>:<port>"),
+    (TESTBED_PREFIX_ENV, "Toolong7", "2-5 lowercase")])
+def test_a_malformed_job_variable_names_itself_and_what_it_allows(name: str, raw: str,
+                                                                   allowed: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name}.*{re.escape(allowed)}"):
+        environment(name, {name: raw})
+    with pytest.raises(ValueError, match="not one of AutoByte's job variables"):
+        environment("AUTOBYTE_NOPE", {})
