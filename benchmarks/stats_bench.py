@@ -26,9 +26,9 @@ import numpy as np
 
 from common.config import Config
 from common.control import Signer, TuningLoop, Verifier
-from common.control.testing import ScriptedTuner
 from common.decision_log import DecisionLog
 from common.stats import StatsCollector, Window, merge_windows
+from common.testing.tuners import ScriptedTuner
 from common.trigger import ThresholdTrigger
 
 STEP_TIMES_S = (0.01, 0.05, 0.2, 1.0)

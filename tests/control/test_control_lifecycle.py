@@ -12,9 +12,9 @@ import pytest
 from common.config import Config
 from common.control import Coordinator, Decision, TuningAgent, adapter_options
 from common.control._hosted import NICE, HostedCoordinator
-from common.control.testing import ScriptedTuner
 from common.decision_log import read_log
 from common.errors import ConfigError, ControlError
+from common.testing.tuners import ScriptedTuner
 
 KEY = b"k" * 32
 

@@ -12,9 +12,9 @@ import zmq
 
 from common.config import Config
 from common.control import Coordinator, Signer, TuningAgent
-from common.control.testing import ScriptedTuner
 from common.decision_log import DecisionLog, read_log
 from common.errors import ConfigError
+from common.testing.tuners import ScriptedTuner
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(60)]
 

@@ -12,9 +12,9 @@ from control_helpers import observation
 
 from common.config import Config
 from common.control import TuningLoop
-from common.control.testing import PredictingTuner, ScriptedTuner
 from common.decision_log import DecisionLog, read_log
 from common.stats import Observation
+from common.testing.tuners import PredictingTuner, ScriptedTuner
 from common.trigger import ThresholdTrigger, Verdict, knobs
 
 A = Config(partition_bytes="1MiB", credit_bytes="4MiB")

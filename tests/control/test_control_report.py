@@ -11,8 +11,8 @@ from control_helpers import observation
 from common.cli import main
 from common.config import Config
 from common.control import TuningLoop
-from common.control.testing import ScriptedTuner
 from common.decision_log import DecisionLog, read_log
+from common.testing.tuners import ScriptedTuner
 from common.trigger import ThresholdTrigger, knobs
 
 A = Config(partition_bytes="1MiB", credit_bytes="4MiB")

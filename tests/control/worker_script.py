@@ -18,8 +18,8 @@ import time
 
 from common.config import Config
 from common.control import Coordinator, TuningAgent, secret_from_env
-from common.control.testing import ScriptedTuner
 from common.decision_log import DecisionLog
+from common.testing.tuners import ScriptedTuner
 
 FAST = {"partition_bytes": 256 * 1024, "credit_bytes": 1024 * 1024}
 

@@ -13,7 +13,7 @@ import pytest
 
 from common.config import Config
 from common.meta import MetaTuner, create_meta_tuner
-from common.meta.testing import FixedPredictor
+from common.testing.meta import FixedPredictor
 from common.tuners import BayesianTuner, SearchSpace, create
 
 

@@ -19,8 +19,8 @@ from conftest import skip_without_mxnet
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
-from common.control.testing import ScriptedTuner
 from common.decision_log import read_log
+from common.testing.tuners import ScriptedTuner
 
 skip_without_mxnet()
 

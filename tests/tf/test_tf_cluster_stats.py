@@ -22,10 +22,10 @@ from autobyte_tf._stats import StepRecorder
 from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
-from common.control.testing import ScriptedTuner
 from common.errors import ConfigError
 from common.stats import Window, ring_bytes
 from common.testing import peers_agree
+from common.testing.tuners import ScriptedTuner
 from common.trigger import ThresholdTrigger
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))

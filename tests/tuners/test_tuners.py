@@ -24,7 +24,7 @@ from common.tuners import (
 
 KIB, MIB = 1024, 1024 * 1024
 SMALL = SearchSpace(partitions=[64 * KIB, 256 * KIB, MIB, 4 * MIB], credit_multiples=[1, 2, 4, 8])
-NAMES = ["default", "grid", "bayesian"]
+NAMES = ["default", "grid", "bayesian", "meta"]
 
 
 def smooth(config: Config) -> float:
@@ -36,9 +36,19 @@ def smooth(config: Config) -> float:
     return 100.0 * math.exp(-0.3 * x * x - 0.5 * y * y)
 
 
+def _create(name: str, **options: object) -> Tuner:
+    """A tuner by name; the meta tuner with a fixed predictor (its model is tested apart)."""
+    if name == "meta":
+        import common.meta  # noqa: F401  (registers the meta tuner)
+        from common.testing.meta import FixedPredictor
+
+        options["predictor"] = FixedPredictor(lambda p, c: 1.0)
+    return create(name, **options)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_tuner_follows_the_contract(name: str) -> None:
-    tuner = create(name, space=SMALL, seed=1)
+    tuner = _create(name, space=SMALL, seed=1)
     assert isinstance(tuner, Tuner) and tuner.name == name
     assert tuner.best is None and tuner.observations == []
     first = tuner.propose()
@@ -60,7 +70,7 @@ def test_every_tuner_follows_the_contract(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("speed", [-1.0, math.nan, math.inf, True, "fast"])
 def test_bad_speeds_are_rejected(name: str, speed: object) -> None:
-    tuner = create(name, space=SMALL)
+    tuner = _create(name, space=SMALL)
     with pytest.raises(ConfigError, match="speed must be"):
         tuner.observe(tuner.propose(), speed)  # type: ignore[arg-type]
 
