@@ -1,14 +1,12 @@
 """Step boundaries: config agreement, sampled steps, plans and retraces.
 
 Every worker must switch configuration (and plan) at the same step, because collectives are
-matched by creation order. Half a window before every ``window_steps``-th step boundary rank 0
-puts its decision (the configuration in force from that boundary on and, once, its measured per-
-tensor backward times) where the next steps' gradient all-reduce carries it to every worker
-(``broadcast``: in the strategy, a few extra elements of that all-reduce), and every worker
-takes the result at the boundary. A collective of its own was a barrier when waited for at once
-(6% of a 14 ms step on the demo cnn), or one more collective and thread beside the steps every
-window; riding costs neither. Sending a whole window ahead made every decision wait a window
-more. A worker whose plan changed switches its step function at that same step: to the trace it
+matched by creation order. Half a window before every ``window_steps``-th step boundary each
+worker puts its vector of the step agreement (``common.agreement``: rank 0's decision for that
+boundary and, once, its measured per-tensor backward times) where the next steps' gradient
+all-reduce sums it (``broadcast``: in the strategy, a few extra elements of that all-reduce),
+and every worker takes the sum at the boundary: no collective or thread of its own, and no
+wait. A worker whose plan changed switches its step function at that same step: to the trace it
 already made for that plan (``TRACE_CACHE`` of them are kept, so going back costs nothing) or to
 a new trace; between changes nothing but a step counter runs in Python.
 

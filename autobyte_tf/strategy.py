@@ -334,15 +334,15 @@ def _warn_if_collectives_enabled() -> None:
 
 
 class _Agreement:
-    """Rank 0's float64 vector to every worker, riding in the gradients' all-reduce.
+    """The workers' agreement vectors, summed in the gradients' all-reduce.
 
-    Every trace of the main call adds a few elements to its all-reduce (``ride``): rank 0
-    writes its vector into a variable the step reads, the others' stays zero, and the step
-    writes the sum into another variable, read at the boundary. Each value goes as two of the
-    gradients' dtype, the value rounded and what rounding left, whose sums with zeros are exact
-    (integers up to 2**48, times to 1e-14). Until a traced step carries a vector of that length
-    (the first half window), or where the gradients' dtype cannot (float16), the vector goes
-    by a collective of its own (``fallback``).
+    Every trace of the main call adds a few elements to its all-reduce (``ride``): each worker
+    writes its vector into a variable the step reads, and the step writes the sum into another
+    variable, read at the boundary. Each value goes as two of the gradients' dtype, the value
+    rounded and what rounding left, so the sum is exact whatever the dtype's precision. Until a
+    traced step carries a vector of that length (the first half window), or where the
+    gradients' dtype cannot (float16), the vector goes by a collective of its own
+    (``fallback``).
     """
 
     def __init__(self, device: str, workers: int, *,
@@ -397,7 +397,7 @@ class _Agreement:
 
 
 class _Broadcaster:
-    """Rank 0's float64 vector to every worker, through one eager collective sum, run on a
+    """The workers' agreement vectors, summed by one eager collective of their own, run on a
     thread of its own while training goes on; the returned function waits for the sum."""
 
     def __init__(self, device: str, workers: int, timeout: float) -> None:
