@@ -154,7 +154,7 @@ class ControlKey:
 
     def handshake(self, kv: Any) -> None:
         """Once, before any other key: create the key and check the workers agree."""
-        first = self._wire(self._agreement.vector(0, due_at=0, payload_len=1))
+        first = self._wire(self._agreement.vector(0, due_at=None, payload_len=1))
         self._array = mx.nd.zeros(first.shape)
         kv.init(CONTROL_KEY, self._array)
         self._array[:] = mx.nd.array(first)

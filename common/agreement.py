@@ -80,13 +80,16 @@ class Agreement:
         base = self._config if config is None else config
         self._pending = base.replace(**changes) if changes else base
 
-    def vector(self, step: int, *, due_at: int, payload: Sequence[int] | None = None,
+    def vector(self, step: int, *, due_at: int | None, payload: Sequence[int] | None = None,
                payload_len: int = 0) -> list[float]:
-        """This worker's vector at ``step`` for the switch at ``due_at``; ``payload`` (rank 0's,
-        ``payload_len`` integers, e.g. measured layer times) rides once when given."""
-        due = self._due(due_at) if self._due is not None else None
-        proposal = self._pending if self._pending is not None else due
-        self._pending = None
+        """This worker's vector at ``step`` for the switch at ``due_at`` (None: a check of the
+        workers' agreement alone, proposing nothing); ``payload`` (rank 0's, ``payload_len``
+        integers, e.g. measured layer times) rides once when given."""
+        proposal = None
+        if due_at is not None:
+            due = self._due(due_at) if self._due is not None else None
+            proposal = self._pending if self._pending is not None else due
+            self._pending = None
         values = [0] * vector_length(payload_len)
         mine = fingerprint(self._config)
         values[_COUNT], values[_FP_ALL], values[_STEP_ALL] = 1, mine, step % _STEP_MOD

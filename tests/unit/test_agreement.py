@@ -113,3 +113,13 @@ def test_a_request_may_change_the_configuration_in_force() -> None:
     assert agreed is not None and agreed.window_steps == before.window_steps
     with pytest.raises(ConfigError, match="partition_bytes"):
         r0.request(partition_bytes="1B")
+
+
+def test_a_check_alone_proposes_nothing_and_keeps_the_request() -> None:
+    asked: list[int] = []
+    cfg = Config()
+    r0 = Agreement(rank=0, workers=1, config=cfg, due=lambda s: asked.append(s) or None)
+    r0.request(partition_bytes="64KiB")
+    assert r0.take(r0.vector(0, due_at=None)).config is None and asked == []
+    assert r0.take(r0.vector(1, due_at=2)).config == cfg.replace(partition_bytes="64KiB")
+    assert asked == [2]
