@@ -22,6 +22,7 @@ from autobyte_mx import _states
 from autobyte_mx._checks import big_array_bound
 from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensor
 from autobyte_mx._server import ServerOptimizer, check_element_wise
+from autobyte_mx._transport import Transport
 from autobyte_mx._watchdog import Watchdog
 from common.errors import ConfigError, UnsupportedError
 
@@ -31,11 +32,11 @@ __all__ = ["RemoteOptimizer"]
 class RemoteOptimizer:
     """The user's optimizer on the servers, once ``set`` (``active``)."""
 
-    def __init__(self, kv: Any, *, rank: int, servers: int, groups: Groups,
+    def __init__(self, transport: Transport, *, rank: int, servers: int, groups: Groups,
                  tensors: Mapping[Hashable, Tensor], watchdog: Watchdog,
                  settle: Callable[[int], None], quiesce: Callable[[], None],
                  priority: int) -> None:
-        self._kv = kv
+        self._transport = transport
         self._rank = rank
         self._servers = servers
         self._groups = groups
@@ -168,7 +169,7 @@ class RemoteOptimizer:
             self._send(export=(component, keys))
             outs = [mx.nd.zeros(a.shape, dtype=a.dtype) for g in groups for a in g.arrays]
             with self._watchdog.blocking("the servers' optimizer state"):
-                self._kv.pull(keys, out=outs)
+                self._transport.kv.pull(keys, out=outs)
                 values = iter([o.asnumpy() for o in outs])
             for group in groups:
                 for buffer in group.buffers:
@@ -195,7 +196,7 @@ class RemoteOptimizer:
             else:
                 for array in group.arrays:
                     array[:] = 0
-        self._kv.pushpull(keys, arrays, priority=self._priority)
+        self._transport.kv.pushpull(keys, arrays, priority=self._priority)
         with self._watchdog.blocking("the server's weights of a layout used before"):
             for array in arrays:
                 array.wait_to_read()
@@ -209,7 +210,7 @@ class RemoteOptimizer:
         message = ServerOptimizer(self.optimizer, self._token, blocks=blocks, refresh=refresh,
                                   sums=[CONTROL_KEY], **states)
         with self._watchdog.blocking("a message to the server"):
-            self._kv._send_command_to_servers(_get_kvstore_server_command_type("kController"),
+            self._transport.kv._send_command_to_servers(_get_kvstore_server_command_type("kController"),
                                               pickle.dumps(message, 0).decode("ascii"))
 
     @staticmethod

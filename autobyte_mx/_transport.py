@@ -75,7 +75,7 @@ class Transport:
     sum under CPU contention with two servers."""
 
     def __init__(self, kv: Any) -> None:
-        self._kv = kv
+        self.kv = kv  # the native store, the only reference AutoByte keeps; None once closed
         self._calls = Calls(kv)
         self.compressed = False
 
@@ -86,12 +86,14 @@ class Transport:
         if not self.compressed:
             self._calls.pushpull(keys, values, outs, priority)
         else:
-            self._kv.push(list(keys), list(values), priority=priority)
-            self._kv.pull(list(keys), out=list(outs), priority=priority)
+            self.kv.push(list(keys), list(values), priority=priority)
+            self.kv.pull(list(keys), out=list(outs), priority=priority)
 
     def close(self) -> None:
+        """Let go of the native store: its destructor ends the job's last barrier, which
+        must run before Python tears down, or ps-lite aborts the process."""
         self._calls.close()
-        self._kv = None
+        self.kv = None
 
 
 def _same(kept: tuple[Any, ...], given: Sequence[Any]) -> bool:

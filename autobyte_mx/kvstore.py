@@ -82,8 +82,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", DECISION_LEAD_STEPS)
         check_environment()
-        self._kv = mx.kv.create(base)
-        self._transport = Transport(self._kv)
+        self._transport = Transport(mx.kv.create(base))
         self._rank: int = self._kv.rank
         self._num_workers: int = self._kv.num_workers
         # Before the first control exchange: rank 0 may host the coordinator (and load the
@@ -103,7 +102,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._tensors = Tensors()
         self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype),
                               init=self._native_init)
-        self._remote = RemoteOptimizer(self._kv, rank=self._rank, servers=self._servers,
+        self._remote = RemoteOptimizer(self._transport, rank=self._rank, servers=self._servers,
                                        groups=self._groups, tensors=self._tensors,
                                        watchdog=self._watchdog, settle=self._progress.wait,
                                        quiesce=self._quiesce, priority=COMM_PRIORITY)
@@ -242,7 +241,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
             self._issuer.flush()
             mx.nd.waitall()
             self._transport.close()
-            self._kv = None
         self._watchdog.close()
         self._agent.close()  # after the final barrier: no worker is still training
 
@@ -324,6 +322,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
                         row_ids: Any = None) -> None:
         raise UnsupportedError("AutoByte supports dense gradients only (row_sparse_pull "
                                "called); use kvstore='dist_sync' for sparse models")
+
+    @property
+    def _kv(self) -> Any:
+        return self._transport.kv
 
     # -- internals: steps ------------------------------------------------------------------
     def _issue(self, key: Hashable, values: list[Any], targets: list[Any],
