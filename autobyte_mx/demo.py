@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     gradient_bytes = sum(p.data().size * np.dtype(p.dtype).itemsize for p in params)
     emit("start", framework="mxnet", rank=rank, workers=workers, steps=args.steps,
          model=args.model, config=describe(), tuning=tuning, gradient_bytes=gradient_bytes)
+    if isinstance(store, autobyte_mx.AutoByte):
+        store.expect_steps(args.steps)  # no tuning try the job ends before it pays back
     meter = WindowMeter(args.batch * workers)
     for step in range(1, args.steps + 1):
         meter.begin()

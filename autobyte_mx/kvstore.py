@@ -204,6 +204,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """
         self._agreement.request(config, **changes)
 
+    def expect_steps(self, steps: int) -> None:
+        """The job runs ``steps`` more steps (0: unknown); call it before a loop of known length.
+        Live tuning then starts no try the job ends before it can pay back."""
+        self._agent.expect_steps(steps, step=self.step)
+
     def set_layer_order(self, names: Sequence[str]) -> None:
         """Forward order hint: parameter names (or str(key)) from the input side on.
 

@@ -11,8 +11,9 @@ out in blocks, and took MWMS's own path unscheduled. Under an AutoByteStrategy e
 gets its variable's shape before the all-reduce.
 
 For an AutoByteStrategy, ``make_train_function`` also wraps the train function so each call
-keeps the step protocol (``control.SteppedFunction``), and ``jit_compile=True`` is refused with
-a clear error, because AutoByte's per-chunk collectives and Python stamps cannot be compiled.
+keeps the step protocol (``control.SteppedFunction``), ``fit`` tells the strategy how many steps
+it will run (``expect_steps``), and ``jit_compile=True`` is refused with a clear error, because
+AutoByte's per-chunk collectives and Python stamps cannot be compiled.
 
 ``install()`` is idempotent; AutoByteStrategy calls it. Call it yourself to run plain MWMS
 with Keras 3 (the benchmark's baseline does).
@@ -21,9 +22,11 @@ with Keras 3 (the benchmark's baseline does).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
+import keras
 import tensorflow as tf
 from keras.src import tree
 from keras.src.backend.tensorflow import optimizer as tf_optimizer
@@ -49,6 +52,7 @@ def install() -> None:
         reduce_per_replica=tf_trainer.reduce_per_replica,
         maybe_symbolic_build=cls._maybe_symbolic_build,
         make_train_function=cls.make_train_function,
+        fit=cls.fit,
         make_test_function=cls.make_test_function,
         make_predict_function=cls.make_predict_function,
         all_reduce_sum_gradients=tf_optimizer.TFOptimizer._all_reduce_sum_gradients,
@@ -56,6 +60,7 @@ def install() -> None:
     tf_trainer.reduce_per_replica = _reduce_per_replica
     cls._maybe_symbolic_build = _maybe_symbolic_build
     cls.make_train_function = _make_train_function
+    cls.fit = functools.wraps(cls.fit)(_fit)
     cls.make_test_function = _refusing_jit("make_test_function")
     cls.make_predict_function = _refusing_jit("make_predict_function")
     tf_optimizer.TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
@@ -142,6 +147,33 @@ def _make_train_function(self: Any, force: bool = False) -> Any:
     stepped = hooks.stepped(build, can_sample=lambda: self.steps_per_execution == 1)
     self.train_function = stepped
     return stepped
+
+
+def _fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+    hooks = _autobyte(self.distribute_strategy)
+    callbacks = kwargs.get("callbacks")
+    if hooks is not None and len(args) < 6 and isinstance(callbacks, list | tuple | None):
+        kwargs["callbacks"] = [*(callbacks or ()),
+                               _JobLength(hooks, kwargs.get("initial_epoch", 0))]
+    return _ORIGINALS["fit"](self, *args, **kwargs)
+
+
+class _JobLength(keras.callbacks.Callback):  # type: ignore[misc]
+    """Tells the strategy the steps ``fit`` will run (its train-function calls), when known."""
+
+    def __init__(self, strategy: Any, initial_epoch: int) -> None:
+        super().__init__()
+        self._strategy, self._initial_epoch = strategy, initial_epoch
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        epochs, batches = self.params.get("epochs"), self.params.get("steps")
+        if epochs and batches:
+            per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+            self._strategy.expect_steps(
+                max(0, epochs - self._initial_epoch) * math.ceil(batches / per_call))
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._strategy.expect_steps(0)  # what runs after fit is unknown
 
 
 def _refusing_jit(name: str) -> Callable[..., Any]:

@@ -171,6 +171,11 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         """
         self._controller.reconfigure(config, **changes)
 
+    def expect_steps(self, steps: int) -> None:
+        """The job runs ``steps`` more steps (0: unknown); ``model.fit`` tells it itself.
+        Live tuning then starts no try the job ends before it can pay back."""
+        self._agent.expect_steps(steps, step=self.step)
+
     @property
     def tuning(self) -> TuningAgent:
         """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""

@@ -177,6 +177,19 @@ class TuningAgent:
         """Gradient bytes per layer in forward order (once, or when the model changes)."""
         self._collector.set_layer_bytes(layer_bytes)
 
+    def expect_steps(self, steps: int, *, step: int) -> None:
+        """The job runs ``steps`` more steps from ``step`` on (0: unknown), so the coordinator
+        starts no try the job ends before it can pay back."""
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 0:
+            raise ConfigError(f"steps must be a whole number >= 0 (0: unknown), got "
+                              f"steps={steps!r}")
+        self._collector.set_end_step(step + int(steps) if steps else 0)
+
+    @property
+    def end_step(self) -> int:
+        """The step the job ends at, as told by ``expect_steps`` (0: unknown)."""
+        return self._collector.end_step
+
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
                     bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,

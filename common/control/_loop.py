@@ -165,6 +165,8 @@ class TuningLoop:
         self.lost_s = 0.0  # time this job lost against native: switches, slower windows
         self._window_s = 0.0  # the last window's steady-state time
         self._step_s = 0.0  # and its steps'
+        self._last_step = 0  # the last window's last step
+        self._end_step = 0  # the step the job ends at, when a worker knows it (0: unknown)
         self._first_cost: float | None = None  # the first window's warm-up (a first trace)
         self._first_window: int | None = None
         self._configs: dict[_Knobs, Config] = {}
@@ -201,6 +203,7 @@ class TuningLoop:
         self._recent.append(obs)
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
         self._window_s, self._step_s = obs.steps * obs.step_time_s, obs.step_time_s
+        self._last_step, self._end_step = obs.last_step, obs.end_step
         self._account(obs)
         if self._first_cost is None:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
@@ -298,8 +301,23 @@ class TuningLoop:
     @property
     def horizon_s(self) -> float:
         """How long a switch's gain is expected to last: as long again as the conditions in
-        force have lasted (a link that alternates every few seconds pays for no retrace)."""
-        return self.trained_s - self._since_s
+        force have lasted (a link that alternates every few seconds pays for no retrace), and
+        no longer than the job has left (``left_s``)."""
+        return min(self.trained_s - self._since_s, self.left_s)
+
+    @property
+    def left_s(self) -> float:
+        """Training time the job has left once a decision made now is in force, at the last
+        window's step time; infinite when no worker knows where the job ends."""
+        if self._end_step <= 0:
+            return math.inf
+        steps = self._end_step - self._last_step - self._lead(self._step_s)
+        return max(0, steps) * self._step_s
+
+    def _too_late(self, cost_s: float) -> bool:
+        """The job ends before a try costing ``cost_s`` pays it back at the least gain the
+        guard keeps (``noise_band``): near a known end, nothing is tried."""
+        return cost_s > self.noise_band * self.left_s
 
     def _account(self, obs: Observation) -> None:
         """Add what ``obs`` cost against native to ``lost_s`` (negative: what it gained) when
@@ -442,7 +460,7 @@ class TuningLoop:
                                f"{self.current.describe()}, not above the {there:.1f} of "
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-        elif native is None and cheap:
+        elif native is None and cheap and not self._too_late(2 * self.switch_cost_s):
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
@@ -518,7 +536,8 @@ class TuningLoop:
         since = self.trained_s - self._native_s
         back = statistics.fmean(self._back_costs) if self._back_costs else self.switch_cost_s
         interval = self._recheck_interval()
-        return since if since >= interval and 2 * back <= self.guard_budget * interval else 0.0
+        return since if since >= interval and 2 * back <= self.guard_budget * interval and \
+            not self._too_late(2 * back) else 0.0
 
     def _best_measured(self, native: float) -> tuple[Config, float]:
         """Where a job leaving a slow configuration goes: the fastest one measured under the
@@ -556,7 +575,8 @@ class TuningLoop:
         near = [x for x in pool if x.scheduling and (x.partition_bytes, x.credit_bytes) in steps
                 and knobs(x) not in self._climbed and knobs(x) not in self._vetoed
                 and self.measured(x) is None]
-        if not near or self._climb_s + self._miss_s(1) > self.explore_share * self.horizon_s:
+        if not near or self._climb_s + self._miss_s(1) > self.explore_share * self.horizon_s \
+                or self._too_late(self._miss_s(1)):
             return None
         predicted = self._predictions(near)
         if predicted is None:
@@ -611,6 +631,10 @@ class TuningLoop:
         measured = self.measured(config)
         if measured is None and budget and (short := self._unaffordable(windows)):
             return short
+        miss = self._miss_s(self.guard_windows if windows is None else windows)
+        if measured is None and self._too_late(miss):
+            return (f"the job ends in about {self.left_s:.1f} s, too soon to pay back a miss "
+                    f"of {miss:.2f} s")
         if self._misses >= MAX_MISSES and measured is None:
             return (f"the model's picks measured slower than native {self._misses} times under "
                     "these conditions: only measured configurations until they change")

@@ -34,6 +34,7 @@ class StatsCollector:
 
     __slots__ = (
         "_arch", "_bucket", "_bytes_down", "_bytes_up", "_comm_s", "_config", "_elapsed",
+        "_end_step",
         "_first", "_last", "_layer_bytes", "_layer_steps", "_layer_sum", "_max", "_min",
         "_model", "_num_workers", "_on_window", "_rank", "_samples", "_steps", "_wall",
         "_warm", "_warm_s", "_warmup_left", "_window_steps", "warmup_after_change",
@@ -78,6 +79,7 @@ class StatsCollector:
         self._layer_sum: npt.NDArray[np.float64] = np.zeros(0)
         self._layer_bytes: Sequence[int] = ()
         self._bucket = -1
+        self._end_step = 0
         self._reset()
 
     @property
@@ -97,6 +99,16 @@ class StatsCollector:
     def set_layer_bytes(self, layer_bytes: Sequence[int]) -> None:
         """Gradient bytes per layer in forward order; usually fixed, so given once."""
         self._layer_bytes = tuple(int(b) for b in layer_bytes)
+
+    @property
+    def end_step(self) -> int:
+        return self._end_step
+
+    def set_end_step(self, step: int) -> None:
+        """The job ends at ``step`` (0: unknown); every window from now on says so."""
+        if step < 0:
+            raise ConfigError(f"end step must be >= 0 (0: unknown), got step={step!r}")
+        self._end_step = int(step)
 
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
@@ -178,7 +190,7 @@ class StatsCollector:
             bandwidth_down=8.0 * self._bytes_down / busy if busy > 0 else 0.0,
             layer_backward_s=layer_times, layer_steps=self._layer_steps,
             layer_bytes=tuple(self._layer_bytes), wall_time=self._wall,
-            warmup_s=self._warm_s,
+            warmup_s=self._warm_s, end_step=self._end_step,
         )
 
     def _reset(self) -> None:

@@ -29,6 +29,7 @@ class Observation:
     workers (the global batch; 0 when unknown). warmup_steps, warmup_s: the steps left out
     of the speed (the first after a switch: a retrace, new buffers) and the time they took, of
     the slowest worker: what the switch into this window cost beyond steady-state steps.
+    end_step: the step the job ends at (0: no worker knows).
     """
 
     window: int
@@ -50,6 +51,7 @@ class Observation:
     samples_per_step: float = 0.0
     warmup_steps: int = 0
     warmup_s: float = 0.0
+    end_step: int = 0
 
     @property
     def speed(self) -> float:
@@ -92,8 +94,9 @@ class Observation:
             for name in ("samples_per_step", "warmup_s"):
                 if name in fields:
                     fields[name] = float(fields[name])
-            if "warmup_steps" in fields:
-                fields["warmup_steps"] = int(fields["warmup_steps"])
+            for name in ("warmup_steps", "end_step"):
+                if name in fields:
+                    fields[name] = int(fields[name])
             for name in ("speed_per_worker", "bandwidth_up", "bandwidth_down"):
                 fields[name] = tuple(float(v) for v in fields[name])
             fields["layer_backward_s"] = tuple(
@@ -143,4 +146,5 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
         samples_per_step=sum(w.samples / w.steps for w in measured),
         warmup_steps=max(w.warmup_steps for w in rows),
         warmup_s=max(w.warmup_s for w in rows),
+        end_step=max(w.end_step for w in rows),
     )

@@ -42,6 +42,8 @@ class Window:
     layer_backward_s: mean backward time per layer in forward order (this worker's row of T),
         from ``layer_steps`` sampled steps; empty when the adapter sampled none.
     layer_bytes: gradient bytes per layer in forward order (l entries when known).
+    end_step: the step the job ends at, when the adapter knows it (0: unknown), so a tuner
+        does not start a switch the job ends before it can pay back.
     """
 
     rank: int
@@ -67,6 +69,7 @@ class Window:
     layer_bytes: tuple[int, ...] = ()
     wall_time: float = 0.0
     warmup_s: float = 0.0
+    end_step: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.num_workers:
@@ -127,7 +130,8 @@ class Window:
                 fields[f.name] = data[f.name]
             fields["config"] = _config(fields["config"])
             for name in ("rank", "num_workers", "window", "first_step", "last_step", "steps",
-                         "warmup_steps", "samples", "bytes_up", "bytes_down", "layer_steps"):
+                         "warmup_steps", "samples", "bytes_up", "bytes_down", "layer_steps",
+                         "end_step"):
                 if name in fields:
                     fields[name] = _as_int(fields[name], name)
             for name in ("elapsed_s", "step_time_min_s", "step_time_max_s", "bandwidth_up",

@@ -15,7 +15,7 @@ from common.errors import FrameworkMissingError
 
 pytestmark = pytest.mark.framework
 
-SHARED = ("config", "reconfigure", "tuning", "close")
+SHARED = ("config", "reconfigure", "expect_steps", "tuning", "close", "step")
 
 
 def _adapters() -> dict[str, Any]:

@@ -18,8 +18,9 @@ PYTHON = sys.executable
 
 
 def observation(config: Config, speed: float, first_step: int, *, steps: int = 10,
-                workers: int = 1, warmup_steps: int = 0, warmup_s: float = 0.0) -> Observation:
-    return Observation(warmup_steps=warmup_steps, warmup_s=warmup_s,
+                workers: int = 1, warmup_steps: int = 0, warmup_s: float = 0.0,
+                end_step: int = 0) -> Observation:
+    return Observation(warmup_steps=warmup_steps, warmup_s=warmup_s, end_step=end_step,
         window=first_step, first_step=first_step, last_step=first_step + steps - 1,
         steps=steps, config=config, model="m", arch="ps", num_workers=workers, num_layers=2,
         ranks=tuple(range(workers)), speed_per_worker=(speed / workers,) * workers,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -519,6 +520,50 @@ def test_a_predicted_gain_funds_its_probe_long_before_the_budget_would() -> None
         pending = loop.on_observation(observation(current, measured, w * 10)) or pending
     assert [k for _, k in switches] == [knobs(B)], switches
     assert 4.0 <= switches[0][0] <= 6.0, switches
+
+
+@pytest.mark.parametrize(("end_step", "probed"), [(0, True), (1000, True), (70, False)])
+def test_no_probe_the_job_ends_before_it_pays_back(end_step: int, probed: bool) -> None:
+    """The job of the test above, whose workers know where it ends: with 100 s left the probe
+    comes as before; in a 7 s job, half the predicted 25% over the 3 s left after 4 s would
+    not pay for a miss of 0.5 s, so the job stays native to its end."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    current, pending, switches = loop.current, None, []
+    for w in range(7):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            switches.append(knobs(current))
+        measured = {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0}[knobs(current)]
+        pending = loop.on_observation(observation(current, measured, w * 10,
+                                                  end_step=end_step)) or pending
+    assert (switches == [knobs(B)]) is probed, switches
+    lead = 3  # lead_s 0.3 s at 0.1 s a step
+    assert loop.left_s == pytest.approx(math.inf if not end_step else
+                                        max(0, end_step - 69 - lead) * 0.1)
+
+
+def test_no_try_of_the_models_pick_the_job_ends_before_it_pays_back() -> None:
+    """A model that ranks native first gets its pick tried once a miss fits the exploration
+    budget (here after 38 s); in a 40 s job the least gain the guard keeps (the noise band)
+    over the time left pays for no miss, and nothing is tried."""
+    native = A.replace(scheduling=False)
+    speeds = {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 130.0}
+    ranked = {NATIVE: 120.0, knobs(A): 80.0, knobs(B): 110.0}
+    tried = []
+    for end_step in (0, 400):
+        loop = TuningLoop(config=native, tuner=PredictingTuner(ranked, [native, A, B]),
+                          trigger=ThresholdTrigger())
+        current, pending, ran = loop.current, None, set()
+        for w in range(40):
+            if pending is not None and w * 10 >= pending.step:
+                current, pending = pending.config, None
+                ran.add(knobs(current))
+            pending = loop.on_observation(observation(current, speeds[knobs(current)], w * 10,
+                                                      end_step=end_step)) or pending
+        tried.append(knobs(B) in ran)
+    assert tried == [True, False]
 
 
 def test_decisions_at_most_every_decide_every_s_of_training(tmp_path: Path) -> None:

@@ -452,6 +452,27 @@ def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  
     assert not store.config.scheduling
 
 
+def test_expect_steps_counts_from_the_step_in_force(fake_store) -> None:  # type: ignore[no-untyped-def]
+    """The job's end reaches the tuner's windows as a step: counted from the steps run so
+    far; 0 says it is unknown again, and a bad count is refused with its value."""
+    store, _ = fake_store(scheduling=False)
+    names = [f"net_l{i}" for i in range(len(SHAPES))]
+    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
+    params = [mx.nd.ones(shape) for shape in SHAPES]
+    for key, param in enumerate(params):
+        store.broadcast(key, param, out=param)
+    store.expect_steps(10)
+    assert store.tuning.end_step == 10
+    _train(store, [None, None], np.random.RandomState(1))
+    store.expect_steps(5)
+    assert (store.step, store.tuning.end_step) == (2, 7)
+    store.expect_steps(0)
+    assert store.tuning.end_step == 0
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(ConfigError, match=f"steps={bad!r}"):
+            store.expect_steps(bad)
+
+
 def test_trainer_honours_autobyte_with_one_device(mx_env) -> None:  # type: ignore[no-untyped-def]
     """Without the hook MXNet would silently create no kvstore for 'autobyte' on one device."""
     import mxnet as mx

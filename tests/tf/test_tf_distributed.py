@@ -131,10 +131,17 @@ LOCAL = textwrap.dedent("""
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
     y = x.sum(axis=1, keepdims=True)
-    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    ends = []
+
+    class End(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(strategy.tuning.end_step)
+
+    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0, callbacks=[End()])
     print("workers", strategy.num_workers, "scheduling", strategy.config.scheduling,
           "tuning", strategy.tuning.enabled, "steps", strategy.step)
     print("loss", " ".join(f"{v:.4f}" for v in history.history["loss"]))
+    print("ends", sorted(set(ends)), strategy.tuning.end_step)
 """)
 
 
@@ -149,6 +156,7 @@ def test_without_tf_config_it_trains_as_one_local_worker_with_one_note() -> None
     assert out[0] == "workers 1 scheduling False tuning False steps 24"
     losses = [float(v) for v in out[1].split()[1:]]
     assert losses[-1] < losses[0] / 2
+    assert out[2] == "ends [24] 0"  # fit said where it ends (3 epochs of 8), and after: unknown
     notes = [line for line in proc.stderr.splitlines() if "AutoByte" in line]
     assert len(notes) == 1 and "TF_CONFIG is not set" in notes[0], proc.stderr
 
