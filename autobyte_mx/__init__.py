@@ -26,8 +26,10 @@ from autobyte_mx._checks import OverlapWarning, install_hybridize_check  # noqa:
 from autobyte_mx._patches import install as _install_trainer  # noqa: E402
 from autobyte_mx._stats import ChunkTiming, StepStats  # noqa: E402
 from autobyte_mx.kvstore import AutoByte  # noqa: E402
+from common.stats import TrainingStats  # noqa: E402
 
 _install_trainer(_mx.gluon.trainer, AutoByte)
 install_hybridize_check(_mx.gluon.HybridBlock)
 
-__all__ = ["INSTALL_HINT", "AutoByte", "ChunkTiming", "OverlapWarning", "StepStats"]
+__all__ = ["INSTALL_HINT", "AutoByte", "ChunkTiming", "OverlapWarning", "StepStats",
+           "TrainingStats"]

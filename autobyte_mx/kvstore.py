@@ -47,7 +47,7 @@ from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
 from common.plan import START
-from common.stats import comm_factor
+from common.stats import TrainingStats, comm_factor
 
 __all__ = ["AutoByte"]
 
@@ -222,6 +222,11 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def tuning(self) -> TuningAgent:
         """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
         return self._agent
+
+    def statistics(self) -> TrainingStats:
+        """What this worker measured: steps, the latest window's step time, samples/s and
+        bytes/s, per-layer backward times (what the tuner sees; tuning on or off)."""
+        return self._agent.statistics()
 
     def step_stats(self) -> list[StepStats]:
         """Statistics of the steps finished since the last call (oldest first; at most the

@@ -13,10 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from common.errors import FrameworkMissingError
+from common.stats import TrainingStats
 
 if TYPE_CHECKING:
     from autobyte_tf._checks import file_barrier
-    from autobyte_tf._stats import TrainingStats
     from autobyte_tf.strategy import AutoByteStrategy
 
 __all__ = ["REQUIRED_TENSORFLOW", "AutoByteStrategy", "TrainingStats", "file_barrier",
@@ -24,8 +24,7 @@ __all__ = ["REQUIRED_TENSORFLOW", "AutoByteStrategy", "TrainingStats", "file_bar
 
 REQUIRED_TENSORFLOW = "2.21"
 _MISSING = "autobyte_tf needs tensorflow==2.21: pip install 'autobyte[tf]'"
-_LAZY = {"AutoByteStrategy": "autobyte_tf.strategy", "TrainingStats": "autobyte_tf._stats",
-         "file_barrier": "autobyte_tf._checks"}
+_LAZY = {"AutoByteStrategy": "autobyte_tf.strategy", "file_barrier": "autobyte_tf._checks"}
 
 
 def require_tensorflow() -> Any:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +30,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autobyte_tf._sequencer import Plan, TensorInfo, make_plan
-from autobyte_tf._stats import StepRecorder
+from autobyte_tf._stats import ReadyTimes
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
-from common.stats import backward_times, busy_time, layers_by_rank, per_layer, ring_bytes
+from common.stats import backward_times, layers_by_rank, per_layer, ring_bytes
 
 __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
@@ -93,15 +91,11 @@ class Controller:
         self._set_sampling = set_sampling
         self._sampling = False
         self._traced = False
-        self._lock = threading.Lock()
-        self._ready: dict[tuple[TensorInfo, ...], list[float]] = {}
-        self._done: dict[tuple[TensorInfo, ...], list[tuple[tuple[int, ...], float]]] = {}
+        self._stamps = ReadyTimes()
         self._busy_s = 0.0  # the link's busy time per step under the plan in force, once sampled
-        self._start = math.nan
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
         self._resample = False
-        self.recorder = StepRecorder(window=config.window_steps, workers=workers)
         self.step = 0
         self.agent = agent
         self._wire_bytes = 0  # bytes this worker sends per step for the gradients
@@ -152,7 +146,6 @@ class Controller:
         if self._main is None or _bytes(tensors) > _bytes(self._main):
             self._main = tensors
             nbytes = [t.nbytes for t in tensors]
-            self.recorder.set_layers([t.name for t in tensors], nbytes)
             self._wire_bytes = ring_bytes(sum(nbytes), self.workers)
             self._layer_of = layers_by_rank([t.rank for t in tensors])
             if self.agent is not None:
@@ -171,27 +164,15 @@ class Controller:
             self._plans[key] = plan
         return plan
 
-    def stamps(self) -> Controller | None:
+    def stamps(self) -> ReadyTimes | None:
         """Where gradient-ready stamps go (they fire only on sampled steps)."""
-        return self if self._set_sampling is not None else None
+        return self._stamps if self._set_sampling is not None else None
 
     def sample(self, on: bool) -> None:
         """Turn the stamps on for this step or off (a variable write only when it changes)."""
         if on != self._sampling and self._set_sampling is not None:
             self._set_sampling(on)
             self._sampling = on
-
-    def stamp(self, call: tuple[TensorInfo, ...], index: int, when: float) -> None:
-        with self._lock:
-            self._ready.setdefault(call, [math.nan] * len(call))[index] = when
-
-    def done(self, call: tuple[TensorInfo, ...], tensors: tuple[int, ...],
-             when: float) -> None:
-        with self._lock:
-            self._done.setdefault(call, []).append((tensors, when))
-
-    def stamp_start(self, when: float) -> None:
-        self._start = when
 
     # -- the step protocol ----------------------------------------------------------------------
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
@@ -217,25 +198,19 @@ class Controller:
             self._send(due_at=self.step + w - offset)
         sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
         self._traced = False
-        with self._lock:
-            self._ready.clear()
-            self._done.clear()
-        self._start = math.nan
+        self._stamps.clear()
         return _Step(sample=sample, rebuild=rebuild)
 
     def end(self, step: _Step, seconds: float, samples: int) -> None:
         traced = self._traced
-        self.recorder.record_step(seconds, samples, traced=traced)
         self._resample = step.sample and traced  # a tracing step's times are not steady state
         layer_times = None
-        if step.sample and not traced and self._main is not None:
-            ready = self._ready.get(self._main)
-            if ready is not None and not math.isnan(self._start) and \
-                    not any(math.isnan(x) for x in ready):
-                relative = [x - self._start for x in ready]
-                self.recorder.record_ready(relative)
-                layer_times = self._local_times = tuple(backward_times(relative, from_start=True))
-                self._busy_s = _busy_s(ready, self._done.get(self._main, ())) or self._busy_s
+        measured = self._stamps.measured(self._main) \
+            if step.sample and not traced and self._main is not None else None
+        if measured is not None:
+            relative, busy = measured
+            layer_times = self._local_times = tuple(backward_times(relative, from_start=True))
+            self._busy_s = busy or self._busy_s
         if self.agent is not None:
             if layer_times is not None:
                 layer_times = tuple(per_layer(layer_times, self._layer_of))
@@ -347,11 +322,3 @@ class SteppedFunction:
             self._assumed += samples
         controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds, samples)
         return out
-
-
-def _busy_s(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]) -> float:
-    """The time a step's link was busy: the union of the intervals of its stamped runs of
-    collectives, from the last gradient of a run's first collective ready to the run's result
-    there (0 when none was stamped)."""
-    starts = ((max(ready[i] for i in tensors), when) for tensors, when in done if tensors)
-    return busy_time((start, max(start, when)) for start, when in starts)

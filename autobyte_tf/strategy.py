@@ -41,12 +41,13 @@ from tensorflow.python.ops import resource_variable_ops
 from autobyte_tf import _patches
 from autobyte_tf._checks import check_no_auto_jit, parse_tf_config
 from autobyte_tf._control import Controller, SteppedFunction, decision_lead
-from autobyte_tf._stats import TrainingStats
+from autobyte_tf._stats import ReadyTimes
 from autobyte_tf._transport import AutoByteAllReduce, after, gated_stamp
 from common.config import Config
 from common.control import TuningAgent, adapter_options
 from common.errors import ConfigError
 from common.plan import START
+from common.stats import TrainingStats
 from common.units import parse_rate
 
 __all__ = ["AutoByteStrategy"]
@@ -186,8 +187,9 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         self._agent.close()
 
     def statistics(self) -> TrainingStats:
-        """Step time, samples/s, bytes/s and sampled per-layer gradient-ready times."""
-        return self._controller.recorder.snapshot(self.config)
+        """What this worker measured: steps, the latest window's step time, samples/s and
+        bytes/s, per-layer backward times (what the tuner sees; tuning on or off)."""
+        return self._agent.statistics()
 
     def function(self, fn: Callable[..., Any], *, jit_compile: bool | None = None,
                  **tf_function_options: Any) -> Callable[..., Any]:
@@ -222,9 +224,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
             if at is None or tf.executing_eagerly():
                 return fn(*args, **kwargs)
             samples.assign_add(tf.cast(tf.shape(leaves[at])[0], tf.int64))
-            if controller.stamps() is not None:  # the step starts when its data is there
+            stamps = controller.stamps()
+            if stamps is not None:  # the step starts when its data is there
                 start = gated_stamp(sampling, tf.reshape(leaves[at], [-1])[:1],
-                                    _start_stamper(controller), "autobyte_step_start")
+                                    _start_stamper(stamps), "autobyte_step_start")
                 leaves[at] = after(start, leaves[at])
                 args, kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves)
             return fn(*args, **kwargs)
@@ -247,9 +250,9 @@ def _batch_leaf(leaves: list[Any]) -> int | None:
     return None
 
 
-def _start_stamper(controller: Controller) -> Callable[[NDArray[Any]], np.int8]:
+def _start_stamper(stamps: ReadyTimes) -> Callable[[NDArray[Any]], np.int8]:
     def stamp(_: NDArray[Any]) -> np.int8:
-        controller.stamp_start(time.perf_counter())
+        stamps.stamp_start(time.perf_counter())
         return np.int8(0)
     return stamp
 

@@ -119,20 +119,20 @@ def worker(args: argparse.Namespace) -> None:
         for v, model in models.items():
             model.fit(data, steps_per_epoch=args.warmup if v != "mwms" else 2, verbose=0)
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        retraces = {v: s.statistics().retraces for v, s in strategies.items() if v != "mwms"}
+        warm = {v: s.statistics().warmup_steps for v, s in strategies.items() if v != "mwms"}
         for _ in range(args.rounds):
             for v, model in models.items():
                 timer = Timer()
                 model.fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
                 times[v].extend(timer.times)
-        extra = {v: strategies[v].statistics().retraces - r for v, r in retraces.items()}
+        extra = {v: strategies[v].statistics().warmup_steps - r for v, r in warm.items()}
         good = strategies["good"].statistics()
         nbytes = sum(int(np.prod(w.shape)) * 4 for w in models["mwms"].trainable_weights)
         row = {"model": name, "rate": args.rate, "bytes": nbytes,
                "median_s": {v: statistics.median(t) for v, t in times.items()},
-               "retraces_while_timed": extra,
+               "warmup_steps_while_timed": extra,
                "measured_plan": {v: strategies[v].measured_plan for v in ("good", "poor")},
-               "good_trace_s": good.retrace_s / max(1, good.retraces)}
+               "good_warmup_s": good.warmup_s / max(1, good.warmup_steps)}
         print("BENCH " + json.dumps(row), flush=True)
         del models
 

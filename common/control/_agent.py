@@ -33,7 +33,7 @@ from common.control._tuners import make_tuner
 from common.control._wire import SECRET_ENV, Signer, Verifier, secret_from_env, worker_name
 from common.decision_log import DecisionLog, default_log_path
 from common.errors import ConfigError
-from common.stats import StatsCollector, Window
+from common.stats import StatsCollector, TrainingStats, Window
 from common.trigger import Trigger
 
 __all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent", "adapter_options"]
@@ -184,6 +184,10 @@ class TuningAgent:
             raise ConfigError(f"steps must be a whole number >= 0 (0: unknown), got "
                               f"steps={steps!r}")
         self._collector.set_end_step(step + int(steps) if steps else 0)
+
+    def statistics(self) -> TrainingStats:
+        """What this worker measured (totals, the latest window's rates), tuning on or off."""
+        return self._collector.summary()
 
     @property
     def end_step(self) -> int:

@@ -22,6 +22,7 @@ from common.stats._layers import (
     ring_bytes,
 )
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
+from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "WINDOW_VERSION",
     "Observation",
     "StatsCollector",
+    "TrainingStats",
     "Window",
     "backward_times",
     "busy_time",

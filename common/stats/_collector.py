@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ConfigError, ControlError
+from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, Window
 
 __all__ = ["StatsCollector", "busy_time", "comm_factor"]
@@ -34,10 +35,10 @@ class StatsCollector:
 
     __slots__ = (
         "_arch", "_bucket", "_bytes_down", "_bytes_up", "_comm_s", "_config", "_elapsed",
-        "_end_step",
-        "_first", "_last", "_layer_bytes", "_layer_steps", "_layer_sum", "_max", "_min",
-        "_model", "_num_workers", "_on_window", "_rank", "_samples", "_steps", "_wall",
-        "_warm", "_warm_s", "_warmup_left", "_window_steps", "warmup_after_change",
+        "_end_step", "_first", "_last", "_last_window", "_layer_bytes", "_layer_steps",
+        "_layer_sum", "_max", "_min", "_model", "_num_workers", "_on_window", "_rank", "_samples",
+        "_steps", "_totals", "_wall", "_warm", "_warm_s", "_warmup_left", "_window_steps",
+        "warmup_after_change",
     )
 
     _first: int
@@ -80,6 +81,8 @@ class StatsCollector:
         self._layer_bytes: Sequence[int] = ()
         self._bucket = -1
         self._end_step = 0
+        self._last_window: Window | None = None
+        self._totals = [0, 0, 0, 0.0]  # steps, sampled, warm-up steps, warm-up seconds
         self._reset()
 
     @property
@@ -131,7 +134,11 @@ class StatsCollector:
             self._first = step
             self._wall = time.time()
         self._last = step
+        totals = self._totals
+        totals[0] += 1
         if warmup or self._warmup_left > 0:
+            totals[2] += 1
+            totals[3] += step_time_s
             self._warmup_left = max(0, self._warmup_left - 1)
             self._warm += 1
             self._warm_s += step_time_s
@@ -152,6 +159,7 @@ class StatsCollector:
                 self._layer_steps = 0
             np.add(self._layer_sum, layer_backward_s, out=self._layer_sum)
             self._layer_steps += 1
+            totals[1] += 1
         if step % self._window_steps == self._window_steps - 1:
             self.flush()
 
@@ -166,9 +174,33 @@ class StatsCollector:
             self._reset()
             return None
         self._reset()
+        self._last_window = window
         if self._on_window is not None:
             self._on_window(window)
         return window
+
+    def summary(self) -> TrainingStats:
+        """Totals so far and the rates of the latest window (``TrainingStats``)."""
+        steps, sampled, warm, warm_s = self._totals
+        last = self._last_window
+        if self._steps or last is None:
+            count, elapsed, samples, nbytes = (self._steps, self._elapsed, self._samples,
+                                               self._bytes_up)
+        else:
+            count, elapsed, samples, nbytes = last.steps, last.elapsed_s, last.samples, \
+                last.bytes_up
+        layers: tuple[float, ...] | None = None
+        if self._layer_steps:
+            layers = tuple((self._layer_sum / self._layer_steps).tolist())
+        elif last is not None and last.layer_backward_s:
+            layers = last.layer_backward_s
+        return TrainingStats(
+            steps=int(steps), window=count, config=self._config,
+            step_time_s=elapsed / count if count else float("nan"),
+            samples_per_s=samples / elapsed if elapsed > 0 else float("nan"),
+            bytes_per_s=nbytes / elapsed if elapsed > 0 else float("nan"),
+            layer_bytes=tuple(self._layer_bytes), layer_backward_s=layers,
+            sampled_steps=int(sampled), warmup_steps=int(warm), warmup_s=float(warm_s))
 
     def _build(self) -> Window:
         busy = self._comm_s if self._comm_s > 0 else self._elapsed

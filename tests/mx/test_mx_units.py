@@ -18,6 +18,7 @@ from conftest import skip_without_mxnet
 from common.config import Config
 from common.errors import ConfigError, UnsupportedError
 from common.plan import Scheduler, Send, issue_order
+from common.stats import TrainingStats
 
 skip_without_mxnet()
 
@@ -463,9 +464,13 @@ def test_expect_steps_counts_from_the_step_in_force(fake_store) -> None:  # type
         store.broadcast(key, param, out=param)
     store.expect_steps(10)
     assert store.tuning.end_step == 10
-    _train(store, [None, None], np.random.RandomState(1))
+    _train(store, [None] * 4, np.random.RandomState(1))
     store.expect_steps(5)
-    assert (store.step, store.tuning.end_step) == (2, 7)
+    assert (store.step, store.tuning.end_step) == (4, 9)
+    stats = store.statistics()  # the type TensorFlow's strategy returns too
+    assert isinstance(stats, TrainingStats) and stats.config == store.config
+    assert stats.steps >= 3 and stats.warmup_steps == 1  # the last step ends at the next
+    assert stats.window == stats.steps - 1 and stats.samples_per_s > 0
     store.expect_steps(0)
     assert store.tuning.end_step == 0
     for bad in (-1, 2.5, "10", True):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from common.config import Config
-from common.errors import ControlError
+from common.errors import ConfigError, ControlError
 from common.stats import Observation, StatsCollector, Window, busy_time, merge_windows
 
 
@@ -62,6 +62,50 @@ def test_config_change_closes_window_and_warmup_is_excluded() -> None:
     assert out[0].speed == pytest.approx(10.0)
     assert out[2].config == new and out[2].speed == pytest.approx(5.0)
     assert out[2].step_time_max_s == 2.0
+
+
+def test_summary_gives_totals_and_the_latest_windows_rates() -> None:
+    """What a user reads (``TrainingStats``): steps and warm-up so far, the rates of the open
+    window once it has a measured step, else of the last closed one."""
+    c = StatsCollector(rank=0, num_workers=1, config=Config(), window_steps=10)
+    empty = c.summary()
+    assert (empty.steps, empty.window, empty.layer_backward_s) == (0, 0, None)
+    c.set_layer_bytes([100, 300])
+    for s in range(12):
+        c.record_step(s, 10, 5.0 if s == 0 else 1.0, bytes_up=400,
+                      layer_backward_s=[0.1, 0.3] if s == 3 else None)
+    new = Config(partition_bytes="512KiB", credit_bytes="1MiB")
+    c.set_config(new, step=12)
+    closed = c.summary()  # the open window is empty: steps 10-11 are the latest measured
+    assert (closed.steps, closed.window, closed.warmup_steps, closed.warmup_s) == (12, 2, 1, 5.0)
+    assert closed.samples_per_s == pytest.approx(10.0) and closed.config == new
+    assert closed.bytes_per_s == pytest.approx(400.0)
+    assert closed.layer_backward_s is None  # none sampled in the latest window
+    assert (closed.layer_bytes, closed.sampled_steps) == ((100, 300), 1)
+    c.record_step(12, 10, 8.0)  # warm-up after the switch
+    c.record_step(13, 20, 2.0, layer_backward_s=[0.2, 0.2])
+    open_ = c.summary()
+    assert (open_.steps, open_.window, open_.warmup_steps, open_.sampled_steps) == (14, 1, 2, 2)
+    assert open_.step_time_s == pytest.approx(2.0) and open_.samples_per_s == pytest.approx(10.0)
+    assert open_.layer_backward_s == pytest.approx((0.2, 0.2))
+
+
+def test_the_job_end_travels_in_every_window_and_the_merge_keeps_the_known_one() -> None:
+    c = StatsCollector(rank=0, num_workers=2, config=Config(), window_steps=5)
+    d = StatsCollector(rank=1, num_workers=2, config=Config(), window_steps=5)
+    c.set_end_step(500)
+    with pytest.raises(ConfigError, match="step=-1"):
+        c.set_end_step(-1)
+    for s in range(5):
+        c.record_step(s, 8, 0.1)
+        d.record_step(s, 8, 0.1)
+    w0, w1 = c.flush() or c._last_window, d._last_window
+    assert w0 is not None and w1 is not None
+    assert (w0.end_step, w1.end_step) == (500, 0)
+    assert Window.from_dict(json.loads(json.dumps(w0.to_dict()))).end_step == 500
+    obs = merge_windows([w0, w1])
+    assert obs.end_step == 500
+    assert Observation.from_dict(json.loads(json.dumps(obs.to_dict()))).end_step == 500
 
 
 def test_layer_times_only_from_sampled_steps() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ from numpy.typing import NDArray
 from autobyte_tf._checks import check_no_auto_jit, file_barrier, parse_tf_config
 from autobyte_tf._control import Controller, SteppedFunction, decision_lead
 from autobyte_tf._sequencer import TensorInfo
-from autobyte_tf._stats import StepRecorder
+from autobyte_tf._stats import ReadyTimes
 from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
@@ -68,20 +67,21 @@ def test_xla_auto_jit_is_refused() -> None:
         check_no_auto_jit({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"})
 
 
-def test_recorder_separates_traced_steps_and_computes_rates() -> None:
-    rec = StepRecorder(window=2, workers=2)
-    rec.set_layers(["a", "b"], [400, 600])
-    rec.record_step(5.0, 32, traced=True)
-    rec.record_step(0.1, 32)
-    rec.record_step(0.3, 32)
-    stats = rec.snapshot(Config())
-    assert (stats.steps, stats.window, stats.retraces, stats.retrace_s) == (3, 2, 1, 5.0)
-    assert stats.step_time_s == pytest.approx(0.2)
-    assert stats.samples_per_s == pytest.approx(64 / 0.4)
-    assert stats.bytes_per_s == pytest.approx(1000 * 2 / 0.4)
-    assert stats.layer_ready_s is None
-    rec.record_ready([0.02, 0.01])
-    assert rec.snapshot(Config()).layer_backward_s == pytest.approx([0.01, 0.01 * 2 / 3 - 0.01 / 3])
+def test_ready_times_give_each_gradient_since_the_step_began_and_the_links_busy_time() -> None:
+    call = ("a", "b", "c")
+    times = ReadyTimes()
+    times.stamp(call, 0, 10.3)
+    times.stamp(call, 2, 10.1)
+    times.stamp_start(10.0)
+    assert times.measured(call) is None  # "b" was never stamped
+    times.stamp(call, 1, 10.2)
+    times.done(call, (2,), 10.25)  # the run of collectives "c" started: busy 10.1-10.25
+    times.done(call, (0, 1), 10.5)  # the last: from 10.3 until 10.5
+    ready, busy = times.measured(call)  # type: ignore[misc]
+    assert ready == pytest.approx([0.3, 0.2, 0.1])
+    assert busy == pytest.approx(0.15 + 0.2)
+    times.clear()
+    assert times.measured(call) is None
 
 
 def run_steps(controllers: list[Controller], steps: int) -> list[list[bool]]:
@@ -96,8 +96,8 @@ def run_steps(controllers: list[Controller], steps: int) -> list[list[bool]]:
             c.plan_for(infos)
             if step.sample:
                 for i in range(2):
-                    c.stamp(infos, i, 10.0 + 0.001 * (2 - i))
-                c.stamp_start(9.999)
+                    c._stamps.stamp(infos, i, 10.0 + 0.001 * (2 - i))
+                c._stamps.stamp_start(9.999)
             c._traced = False
             c.end(step, 0.01, 8)
         rebuilds.append(flags)
@@ -148,7 +148,6 @@ def test_rank0_decision_reaches_every_worker_at_the_same_step() -> None:
     assert [r[0] for r in more] == [r[1] for r in more]
     assert workers[0].measured_plan and workers[1].measured_plan
     assert workers[0]._times == workers[1]._times
-    assert not math.isnan(workers[0].recorder.snapshot(workers[0].config).step_time_s)
 
 
 def test_reconfigure_needs_a_config() -> None:
@@ -328,12 +327,18 @@ def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> N
         if n == 0:
             c.plan_for(infos)  # traces: warm-up
         elif step.sample and n >= 4:
-            c.stamp_start(10.0)
-            c.stamp(infos, 0, 10.01)
-            c.stamp(infos, 1, 10.02)
-            c.done(infos, (0,), 10.03)  # busy 10.01-10.03 and 10.02-10.05: 0.04 s
-            c.done(infos, (0, 1), 10.05)
+            stamps = c.stamps()
+            assert stamps is not None
+            stamps.stamp_start(10.0)
+            stamps.stamp(infos, 0, 10.01)
+            stamps.stamp(infos, 1, 10.02)
+            stamps.done(infos, (0,), 10.03)  # busy 10.01-10.03 and 10.02-10.05: 0.04 s
+            stamps.done(infos, (0, 1), 10.05)
         c.end(step, 0.1, 8)
+    stats = agent.statistics()  # what a user reads is what the tuner got
+    assert (stats.steps, stats.window, stats.warmup_steps, stats.sampled_steps) == (12, 4, 1, 4)
+    assert stats.step_time_s == pytest.approx(0.1) and stats.samples_per_s == pytest.approx(80)
+    assert stats.bytes_per_s == pytest.approx(8192 / 0.1)
     agent.close()
     first, second, third = windows
     assert first.warmup_steps == 1 and first.bytes_up == 3 * 8192

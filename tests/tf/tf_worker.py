@@ -117,7 +117,7 @@ def main() -> None:
         stats = strategy.statistics()
         out.setdefault("stats", {})[name] = {
             "config": strategy.config.describe(), "measured_plan": strategy.measured_plan,
-            "steps": stats.steps, "retraces": stats.retraces,
+            "steps": stats.steps, "warmup_steps": stats.warmup_steps,
             "samples_per_s": stats.samples_per_s, "bytes_per_s": stats.bytes_per_s,
             "step_time_s": stats.step_time_s, "layer_bytes": list(stats.layer_bytes),
             "layer_backward_s": list(stats.layer_backward_s or []),
