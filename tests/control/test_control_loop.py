@@ -508,18 +508,27 @@ def test_a_predicted_gain_funds_its_probe_long_before_the_budget_would() -> None
     """Windows of 1 s and switches that cost nothing: a miss is 0.5 s, which 2% of the time
     trained covers after 25 s, but half the 25% the model predicts for B covers it after 4 s:
     B is probed then (in force a window later), measures faster, and stays."""
+    _, switches = _probed_job(60)
+    assert [k for _, k in switches] == [knobs(B)], switches
+    assert 4.0 <= switches[0][0] <= 6.0, switches
+
+
+def _probed_job(windows: int, end_step: int = 0) -> tuple[TuningLoop, list[tuple[float,
+                                                                                 Any]]]:
+    """A job from native under FAR_OFF (B ranked 25% above native) where B runs 1.25x native;
+    the loop and (time trained, knobs) of each switch the workers applied."""
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
                       trigger=ThresholdTrigger())
     current, pending, switches = loop.current, None, []
-    for w in range(60):
+    for w in range(windows):
         if pending is not None and w * 10 >= pending.step:
             current, pending = pending.config, None
             switches.append((loop.trained_s, knobs(current)))
         measured = {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0}[knobs(current)]
-        pending = loop.on_observation(observation(current, measured, w * 10)) or pending
-    assert [k for _, k in switches] == [knobs(B)], switches
-    assert 4.0 <= switches[0][0] <= 6.0, switches
+        pending = loop.on_observation(observation(current, measured, w * 10,
+                                                  end_step=end_step)) or pending
+    return loop, switches
 
 
 @pytest.mark.parametrize(("end_step", "probed"), [(0, True), (1000, True), (70, False)])
@@ -527,18 +536,8 @@ def test_no_probe_the_job_ends_before_it_pays_back(end_step: int, probed: bool) 
     """The job of the test above, whose workers know where it ends: with 100 s left the probe
     comes as before; in a 7 s job, half the predicted 25% over the 3 s left after 4 s would
     not pay for a miss of 0.5 s, so the job stays native to its end."""
-    native = A.replace(scheduling=False)
-    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
-                      trigger=ThresholdTrigger())
-    current, pending, switches = loop.current, None, []
-    for w in range(7):
-        if pending is not None and w * 10 >= pending.step:
-            current, pending = pending.config, None
-            switches.append(knobs(current))
-        measured = {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0}[knobs(current)]
-        pending = loop.on_observation(observation(current, measured, w * 10,
-                                                  end_step=end_step)) or pending
-    assert (switches == [knobs(B)]) is probed, switches
+    loop, switches = _probed_job(7, end_step)
+    assert ([k for _, k in switches] == [knobs(B)]) is probed, switches
     lead = 3  # lead_s 0.3 s at 0.1 s a step
     assert loop.left_s == pytest.approx(math.inf if not end_step else
                                         max(0, end_step - 69 - lead) * 0.1)

@@ -434,16 +434,22 @@ def test_kvstore_rejects_unknown_options_and_async(mx_env) -> None:  # type: ign
         mx_env.AutoByte(partition_bytes=-1)
 
 
+def _attached(store: Any) -> Any:
+    """``store`` as a Trainer leaves it: its keys named in forward order, every one active and
+    initialised to ones."""
+    names = [f"net_l{i}" for i in range(len(SHAPES))]
+    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
+    for key, shape in enumerate(SHAPES):
+        param = mx.nd.ones(shape)
+        store.broadcast(key, param, out=param)
+    return store
+
+
 def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  # type: ignore[no-untyped-def]
     """Sampled or not, a native step counts as done once its transfers finish, and as in
     flight for the watchdog only until then: a job that pauses training (evaluation) must
     not read as stalled."""
-    store, _ = fake_store(scheduling=False)
-    names = [f"net_l{i}" for i in range(len(SHAPES))]
-    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
-    params = [mx.nd.ones(shape) for shape in SHAPES]
-    for key, param in enumerate(params):
-        store.broadcast(key, param, out=param)
+    store = _attached(fake_store(scheduling=False)[0])
     rng = np.random.RandomState(1)
     for _ in range(2):  # step 1 is sampled, step 2 is not
         _train(store, [None], rng)
@@ -456,12 +462,7 @@ def test_native_steps_leave_nothing_outstanding_once_done(fake_store) -> None:  
 def test_expect_steps_counts_from_the_step_in_force(fake_store) -> None:  # type: ignore[no-untyped-def]
     """The job's end reaches the tuner's windows as a step: counted from the steps run so
     far; 0 says it is unknown again, and a bad count is refused with its value."""
-    store, _ = fake_store(scheduling=False)
-    names = [f"net_l{i}" for i in range(len(SHAPES))]
-    store.attach_trainer(names=names, forward=names, active=range(len(SHAPES)))
-    params = [mx.nd.ones(shape) for shape in SHAPES]
-    for key, param in enumerate(params):
-        store.broadcast(key, param, out=param)
+    store = _attached(fake_store(scheduling=False)[0])
     store.expect_steps(10)
     assert store.tuning.end_step == 10
     _train(store, [None] * 4, np.random.RandomState(1))
