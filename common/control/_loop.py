@@ -314,9 +314,16 @@ class TuningLoop:
         steps = self._end_step - self._last_step - self._lead(self._step_s)
         return max(0, steps) * self._step_s
 
+    @property
+    def _follows_model(self) -> bool:
+        """The tuner predicts (a model): its tries are the guard's to price. Search tuners
+        explore by design."""
+        return callable(getattr(self.tuner, "predict", None))
+
     def _too_late(self, cost_s: float) -> bool:
         """The job ends before a try costing ``cost_s`` pays it back at the least gain the
-        guard keeps (``noise_band``): near a known end, nothing is tried."""
+        guard keeps (``noise_band``): near a known end, the model's picks are not tried (the
+        guard still measures native, which only protects)."""
         return cost_s > self.noise_band * self.left_s
 
     def _account(self, obs: Observation) -> None:
@@ -345,7 +352,7 @@ class TuningLoop:
         window is not counted) nothing is tried: a model with no layer times yet cannot score,
         and the trigger would explore its fallback's proposal. Search tuners (no ``predict``)
         explore by design: the budget is the model's."""
-        if self.explore_share is None or not callable(getattr(self.tuner, "predict", None)):
+        if self.explore_share is None or not self._follows_model:
             return ""
         if self.measured(self.native) is None:
             return "native is not measured yet (every try is measured against it)"
@@ -460,7 +467,7 @@ class TuningLoop:
                                f"{self.current.describe()}, not above the {there:.1f} of "
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-        elif native is None and cheap and not self._too_late(2 * self.switch_cost_s):
+        elif native is None and cheap:
             self._explored_from = self.current
             return Verdict("explore", self.native, "guard: measure the framework's own path "
                            "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
@@ -536,8 +543,7 @@ class TuningLoop:
         since = self.trained_s - self._native_s
         back = statistics.fmean(self._back_costs) if self._back_costs else self.switch_cost_s
         interval = self._recheck_interval()
-        return since if since >= interval and 2 * back <= self.guard_budget * interval and \
-            not self._too_late(2 * back) else 0.0
+        return since if since >= interval and 2 * back <= self.guard_budget * interval else 0.0
 
     def _best_measured(self, native: float) -> tuple[Config, float]:
         """Where a job leaving a slow configuration goes: the fastest one measured under the
@@ -632,7 +638,7 @@ class TuningLoop:
         if measured is None and budget and (short := self._unaffordable(windows)):
             return short
         miss = self._miss_s(self.guard_windows if windows is None else windows)
-        if measured is None and self._too_late(miss):
+        if measured is None and budget and self._follows_model and self._too_late(miss):
             return (f"the job ends in about {self.left_s:.1f} s, too soon to pay back a miss "
                     f"of {miss:.2f} s")
         if self._misses >= MAX_MISSES and measured is None:

@@ -25,15 +25,17 @@ SPEED = {knobs(A): 100.0, knobs(B): 150.0, knobs(C): 80.0}
 
 
 def _run(loop: TuningLoop, windows: int, speed: dict[tuple[int, int, bool], float] = SPEED,
-         ) -> list[tuple[int, Config]]:
-    """Drive the loop like a job whose workers switch exactly at each decision's step."""
+         end_step: int = 0) -> list[tuple[int, Config]]:
+    """Drive the loop like a job whose workers switch exactly at each decision's step (and
+    know it ends at ``end_step``, 0: unknown)."""
     current, pending, applied = loop.current, None, []
     for w in range(windows):
         first = w * 10
         if pending is not None and first >= pending.step:
             current, pending = pending.config, None
             applied.append((first, current))
-        decision = loop.on_observation(observation(current, speed[knobs(current)], first))
+        decision = loop.on_observation(observation(current, speed[knobs(current)], first,
+                                                   end_step=end_step))
         if decision is not None:
             pending = decision
     return applied
@@ -250,12 +252,15 @@ def test_switch_cost_is_measured_from_warmup_steps_and_stops_switches_that_canno
 NATIVE = knobs(A.replace(scheduling=False))
 
 
+@pytest.mark.parametrize("end_step", [0, 100])
 def test_guard_measures_native_first_and_keeps_a_faster_scheduled_configuration(
-        tmp_path: Path) -> None:
+        end_step: int, tmp_path: Path) -> None:
+    """Also where the job's end is near: measuring native only protects, and a search
+    tuner explores by design (the job's end bounds only the model's tries)."""
     log = DecisionLog(tmp_path / "d.jsonl")
     loop = TuningLoop(config=A, tuner=ScriptedTuner([B, B, B]), trigger=ThresholdTrigger(),
                       decision_log=log)
-    applied = _run(loop, 10, {**SPEED, NATIVE: 90.0})
+    applied = _run(loop, 10, {**SPEED, NATIVE: 90.0}, end_step=end_step)
     assert not applied[0][1].scheduling  # the first move measures native
     assert applied[-1][1] == B  # then the tuner's faster configuration wins
     events = [r for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"]
