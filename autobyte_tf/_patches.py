@@ -152,6 +152,7 @@ def _make_train_function(self: Any, force: bool = False) -> Any:
 def _fit(self: Any, *args: Any, **kwargs: Any) -> Any:
     hooks = _autobyte(self.distribute_strategy)
     callbacks = kwargs.get("callbacks")
+    # callbacks is fit's sixth parameter: given by position, it is left as it is
     if hooks is not None and len(args) < 6 and isinstance(callbacks, list | tuple | None):
         kwargs["callbacks"] = [*(callbacks or ()),
                                _JobLength(hooks, kwargs.get("initial_epoch", 0))]
