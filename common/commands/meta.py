@@ -90,7 +90,9 @@ Without --data it uses the shipped {DATASETS / "sim_holdout_v3.npz"}.
 
 --leave-models-out answers what a user's own architecture gets: for each model of the testbed
 runs, the network fine-tuned on the runs of every other model is scored on that model's runs,
-per framework, next to the network as it is.
+per framework, next to the network as it is. With --online too, that network also replays the
+held-out runs window by window, adapting online and not: whether adapting helps on an
+architecture the network never saw.
 """
 
 
@@ -188,7 +190,9 @@ def register(subparsers: Any) -> None:
                     help="also replay each testbed run window by window, adapting online with "
                     "each of METHODS (comma-separated: ridge, the tuner's default, and/or adam; "
                     "default ridge) on its past windows before scoring the next, against the "
-                    "same replay without adapting (1-3 s per window)")
+                    "same replay without adapting (1-3 s per window); with "
+                    "--leave-models-out, each model's runs replayed by the network fine-tuned "
+                    "without them")
     ev.add_argument("--leave-models-out", action="store_true",
                     help="fine-tune on all but one model's testbed runs and score that one, "
                     "for each model, per framework (about a minute per model)")
@@ -390,6 +394,7 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
     extra = _load_sets(args.train_data) if args.train_data else None
     t0 = time.monotonic()
     rows = leave_models_out(model, data, extra=extra, epochs=args.epochs,
+                            online=_online_methods(args.online) if args.online else (),
                             report=lambda s: _say(f"leave-models-out: {s}"))
     print(f"leave-models-out ({time.monotonic() - t0:.0f} s; windows as deployed; the pick is "
           "the share of the run's best measured speed):")
@@ -413,6 +418,37 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
         print(f"  {framework}: {len(mine)} held-out models, {rows_n} predictions: MAPE "
               f"{100 * mape:.1f}% ({100 * anchored:.1f}% of {anchored_n} once native is "
               f"measured, as the tuner scores), pick {100 * pick:.1f}% of the best")
+    if any(r.online for r in rows):
+        print("held-out runs replayed window by window (each window scored by the network "
+              "as the tuner has it then):")
+        for r in rows:
+            print(f"  {r.model:<18} {r.framework:<11} " + "; ".join(
+                f"{_replay_name(m)} MAPE {100 * e.mape:.1f}%, pick "
+                f"{100 * e.fraction_of_best:.1f}%" for m, e in r.online.items()))
+        for framework in sorted({r.framework for r in rows}):
+            mine = [r for r in rows if r.framework == framework and r.online]
+            for method in mine[0].online if mine else ():
+                got = [r.online[method] for r in mine]
+                n = sum(e.rows for e in got)
+                mape = sum(e.mape * e.rows for e in got) / n
+                pick = sum(e.fraction_of_best * e.rows for e in got) / n
+                print(f"  {framework}, {_replay_name(method)}: {n} windows of {len(mine)} "
+                      f"held-out models, MAPE {100 * mape:.1f}%, pick {100 * pick:.1f}%")
+
+
+def _replay_name(method: str | None) -> str:
+    return f"adapting online ({method})" if method else "not adapting"
+
+
+def _online_methods(value: str) -> list[str]:
+    from common.meta._train import ADAPT_METHODS
+
+    methods = [m.strip() for m in value.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(ADAPT_METHODS))
+    if unknown or not methods:
+        raise ConfigError(f"--online takes adaptation methods from {list(ADAPT_METHODS)}, "
+                          f"got --online {value!r}")
+    return methods
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -431,19 +467,13 @@ def _eval(args: argparse.Namespace) -> int:
     sources = sorted(set(data["job_source"].tolist()))
     print(f"{path} (source: {', '.join(sources)}): "
           f"{_describe(model, data, per_run=True)}")
-    if args.online:
+    if args.online and not args.leave_models_out:
         from common.meta import evaluate_online
-        from common.meta._train import ADAPT_METHODS
 
         real = data.select_jobs(data["job_run"] != "")
         if not real.num_jobs:
             raise ConfigError(f"--online needs testbed runs; {path} has none")
-        methods = [m.strip() for m in args.online.split(",") if m.strip()]
-        unknown = sorted(set(methods) - set(ADAPT_METHODS))
-        if unknown or not methods:
-            raise ConfigError(f"--online takes adaptation methods from {list(ADAPT_METHODS)}, "
-                              f"got --online {args.online!r}")
-        for method in [None, *methods]:
+        for method in [None, *_online_methods(args.online)]:
             name = f"adapting online ({method})" if method else "the same replay, not adapting"
             _say(f"replaying {len(real.runs())} run(s), {name}:")
             got = evaluate_online(model, real, method=method, report=_say)

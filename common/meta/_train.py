@@ -18,7 +18,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -322,16 +322,26 @@ class HeldOut:
     runs: int
     before: EvalReport
     after: EvalReport
+    online: Mapping[str | None, EvalReport] = dataclasses.field(default_factory=dict)
 
 
 def leave_models_out(base: MetaModel, dataset: Dataset, *, extra: Dataset | None = None,
                      epochs: int = 15, seed: int = 0, learning_rate: float = 3e-4,
-                     testbed_weight: float = 1.0,
+                     testbed_weight: float = 1.0, online: Sequence[str] = (),
                      report: Report | None = None) -> list[HeldOut]:
     """For each model (``job_model``) of the testbed runs in ``dataset``: fine-tune a copy of
     ``base`` on the runs of all the other models (plus ``extra``, e.g. simulated jobs, that
     the network keeps learning from), then evaluate it on that model's runs as deployed, per
-    framework. What a user's own architecture gets: a network that never saw it."""
+    framework. What a user's own architecture gets: a network that never saw it.
+
+    ``online``: adaptation methods (``ADAPT_METHODS``) to replay the held-out runs with, window
+    by window as the tuner meets them (``evaluate_online``), each beside the same replay not
+    adapting (``HeldOut.online``, keyed by method, None for not adapting): whether adapting
+    online helps on an architecture the network never saw."""
+    unknown = sorted(set(online) - set(ADAPT_METHODS))
+    if unknown:
+        raise ConfigError(f"online takes adaptation methods from {list(ADAPT_METHODS)}, got "
+                          f"{list(online)}")
     real = dataset.select_jobs(dataset["job_run"] != "")
     models = list(dict.fromkeys(real["job_model"].tolist()))
     if len(models) < 2:
@@ -351,8 +361,11 @@ def leave_models_out(base: MetaModel, dataset: Dataset, *, extra: Dataset | None
             part = held.select_jobs(held["job_arch"] == arch)
             if part.num_jobs:
                 deployed = part.as_deployed()
+                replays = {method: evaluate_online(tuned, part, method=method)
+                           for method in ([None, *online] if online else [])}
                 out.append(HeldOut(name, framework, len(part.runs()),
-                                   evaluate(base, deployed), evaluate(tuned, deployed)))
+                                   evaluate(base, deployed), evaluate(tuned, deployed),
+                                   replays))
     return out
 
 

@@ -138,6 +138,14 @@ def test_leave_models_out_needs_two_models(sim: Dataset, base: MetaModel) -> Non
         leave_models_out(base, one)
 
 
+def _two_models(real: Dataset) -> tuple[Dataset, list[str]]:
+    """The first run of each of two models, and its ``--runs`` patterns."""
+    runs = []
+    for name in list(dict.fromkeys(real["job_model"].tolist()))[:2]:
+        runs.append(real.select_jobs(real["job_model"] == name).runs()[0])
+    return Dataset.concat([real.select_runs(r) for r in runs]), runs
+
+
 def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     saved = base.save(tmp_path / "base.keras")
@@ -152,3 +160,33 @@ def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path:
         assert f"\n  {name} " in table
     assert "held-out models" in table
     assert "fine-tuning on" in captured.err
+    assert "replayed" not in captured.out
+    two, runs = _two_models(real)
+    code = main(["meta", "eval", "--model", str(saved), "--data", str(real_path),
+                 "--leave-models-out", "--epochs", "1", "--online", "ridge",
+                 *[a for r in runs for a in ("--runs", r)]])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "held-out runs replayed window by window" in captured.out
+    assert "the same replay, not adapting" not in captured.out  # only the held-out replays
+    frameworks = {"allreduce": "tensorflow", "ps": "mxnet"}
+    for arch in set(two["job_arch"].tolist()):
+        n = 5 * len(two.select_jobs(two["job_arch"] == arch).runs())  # windows 2-6 of 7
+        assert f"{frameworks[arch]}, not adapting: {n} windows" in captured.out
+        assert f"{frameworks[arch]}, adapting online (ridge): {n} windows" in captured.out
+
+
+def test_leave_models_out_replays_the_held_out_runs_adapting_and_not(
+        sim: Dataset, base: MetaModel) -> None:
+    """With ``online``, each held-out model's runs are replayed window by window by the network
+    fine-tuned without them, once adapting and once not: the two replays score the same
+    windows, and adapting changes the scores."""
+    with pytest.raises(ConfigError, match=r"online takes adaptation methods .*\['sgd'\]"):
+        leave_models_out(base, _testbed(sim, 0.5), epochs=1, online=["sgd"])
+    two, _ = _two_models(_testbed(sim, 0.5))
+    rows = leave_models_out(base, two, epochs=1, online=["ridge"])
+    assert len(rows) == 2
+    for r in rows:
+        plain, adapted = r.online[None], r.online["ridge"]
+        assert plain.rows == adapted.rows == 5 * r.runs  # windows 2-6 of each run's 7
+        assert adapted.mape != plain.mape
