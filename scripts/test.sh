@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest --timeout=900 "$@"
+exec .venv/bin/python -m pytest --timeout=900 --durations=25 "$@"
