@@ -41,3 +41,17 @@ def test_a_blocks_adjacent_parameters_form_one_layer() -> None:
     # the same block name further on is another layer (e.g. a shared block used twice)
     assert layers_by_block(["a_weight", "b_weight", "a_bias"]) == [0, 1, 2]
     assert layers_by_block([]) == []
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_stamps_that_overtake_each_other_add_up_to_their_span_not_more(from_start: bool) -> None:
+    # forward order; the output (last) ready first, but the middle entries finish out of order,
+    # as a layer's kernel and its normalisation's scale do; raw gaps, clamped at 0, would make
+    # 0.004 + 0.004 + 0.001 = 0.009 s of backward of a span of 0.006 s
+    ready = [1.006, 1.002, 1.005, 1.001, 1.000]
+    times = backward_times(ready, from_start=from_start)
+    assert times[:-1] == pytest.approx([0.001, 0.0, 0.004, 0.001])
+    assert sum(times[:-1]) == pytest.approx(max(ready) - ready[-1])
+    # in order, nothing changes: each share is the gap to the next
+    ordered = backward_times([1.006, 1.005, 1.002, 1.001, 1.000], from_start=from_start)
+    assert ordered[:-1] == pytest.approx([0.001, 0.003, 0.001, 0.001])
