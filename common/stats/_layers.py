@@ -65,12 +65,11 @@ def backward_times(ready: Sequence[float], *, from_start: bool) -> list[float]:
     entry i is done at the latest ready time of entries i and on, and its share is the gap
     to the same for entry i+1. The shares then add up to the span of the stamps, however they
     interleave (a layer's gradients, or parallel branches', finish in either order); gaps
-    between the raw stamps would count every overtaking again, and made TensorFlow's
-    MobileNetV2 (158 tensors) read 3-5 times its step. The last entry, the first ready: with
-    ``from_start`` its ready time is seconds from the step's start and also holds the forward
-    pass, which the simulator takes as half the backward pass, solved here; without, it gets
-    the smallest positive gap, since the output layer is in practice a small head (never zero,
-    and unlike a mean not inflated by a few heavy convolutions).
+    between the raw stamps would count every overtaking again. The last entry, the first
+    ready: with ``from_start`` its ready time is seconds from the step's start and also holds
+    the forward pass, which the simulator takes as half the backward pass, solved here;
+    without, it gets the smallest positive gap, since the output layer is in practice a small
+    head (never zero, and unlike a mean not inflated by a few heavy convolutions).
     """
     n = len(ready)
     if not n:
