@@ -19,9 +19,10 @@ from typing import Any
 from common.errors import ConfigError
 from common.units import format_bytes, parse_bytes
 
-__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "ENV_PREFIX", "LOG_DIR_ENV",
-           "META_MODEL_ENV", "NUM_WORKERS_ENV", "RANK_ENV", "ROLE_ENV", "SECRET_ENV",
-           "TESTBED_PREFIX_ENV", "VERBOSE_ENV", "Config", "environment", "known_env_vars"]
+__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "COORDINATOR_TIMEOUT_ENV", "ENV_PREFIX",
+           "LOG_DIR_ENV", "META_MODEL_ENV", "NUM_WORKERS_ENV", "RANK_ENV", "ROLE_ENV",
+           "SECRET_ENV", "TESTBED_PREFIX_ENV", "VERBOSE_ENV", "Config", "environment",
+           "known_env_vars"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ TUNERS = ("none", "observe", "default", "grid", "bayesian", "meta")
 SECRET_ENV = "AUTOBYTE_SECRET"  # the control plane's shared key (launchers make one per job)
 COORDINATOR_ENV = "AUTOBYTE_COORDINATOR"  # a standalone coordinator's address
 CONTROL_ENDPOINT_ENV = "AUTOBYTE_CONTROL_ENDPOINT"  # where rank 0 hosts it (the launcher's)
+COORDINATOR_TIMEOUT_ENV = "AUTOBYTE_COORDINATOR_TIMEOUT"  # s of silence before going on alone
 LOG_DIR_ENV = "AUTOBYTE_LOG_DIR"  # decision logs and adapted networks (./autobyte-logs)
 META_MODEL_ENV = "AUTOBYTE_META_MODEL"  # a meta-network file instead of the shipped one
 TESTBED_PREFIX_ENV = "AUTOBYTE_TESTBED_PREFIX"  # the testbed's namespace names (abt)
@@ -237,6 +239,7 @@ _OTHER_ENV_VARS: dict[str, Callable[[Any, str], Any]] = {
     SECRET_ENV: _text,
     COORDINATOR_ENV: _matching(_ENDPOINT, "an address like tcp://<host>:<port>"),
     CONTROL_ENDPOINT_ENV: _matching(_ENDPOINT, "an address like tcp://<host>:<port>"),
+    COORDINATOR_TIMEOUT_ENV: _number_in(float, 1.0, 3600.0),
     LOG_DIR_ENV: _text,
     META_MODEL_ENV: _text,
     TESTBED_PREFIX_ENV: _matching(_PREFIX, "2-5 lowercase letters/digits starting with a "

@@ -23,7 +23,13 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
-from common.config import CONTROL_ENDPOINT_ENV, COORDINATOR_ENV, Config, environment
+from common.config import (
+    CONTROL_ENDPOINT_ENV,
+    COORDINATOR_ENV,
+    COORDINATOR_TIMEOUT_ENV,
+    Config,
+    environment,
+)
 from common.control._coordinator import Coordinator
 from common.control._decision import Decision
 from common.control._hosted import HostedCoordinator
@@ -40,6 +46,7 @@ __all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent", "adapter_op
 
 log = logging.getLogger(__name__)
 
+DEAD_AFTER_S = 10.0  # the coordinator silent this long: train on with the configuration in force
 HOSTED_WORKERS_HINT = 16  # above this, suggest a standalone coordinator (benchmarks/stats_bench.py)
 
 
@@ -52,10 +59,12 @@ class TuningAgent:
                  tuner: TunerLike | None = None, trigger: Trigger | None = None,
                  decision_log: str | os.PathLike[str] | None = None,
                  lead_steps: int | None = None, lead_s: float = 0.3, heartbeat_s: float = 1.0,
-                 dead_after_s: float = 10.0, max_age_s: float = 60.0,
+                 dead_after_s: float | None = None, max_age_s: float = 60.0,
                  environ: Mapping[str, str] | None = None, guard: bool = True,
                  host_process: bool | None = None) -> None:
         env = os.environ if environ is None else environ
+        if dead_after_s is None:
+            dead_after_s = environment(COORDINATOR_TIMEOUT_ENV, env) or DEAD_AFTER_S
         for name, value in (("heartbeat_s", heartbeat_s), ("dead_after_s", dead_after_s),
                             ("max_age_s", max_age_s)):
             if not value > 0:

@@ -403,3 +403,28 @@ def test_a_standalone_coordinator_leads_decisions_by_what_the_workers_adapter_ne
             agent.close()
         coordinator.request_stop()
         server.join(10)
+
+
+def test_the_coordinator_timeout_comes_from_the_environment(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """AUTOBYTE_COORDINATOR_TIMEOUT=1: a worker whose coordinator never answers says so and goes
+    on alone within seconds, not after the default 10 s."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    started = time.monotonic()
+    agent = TuningAgent(rank=1, num_workers=2, config=Config(tuner="observe"),
+                        environ={"AUTOBYTE_SECRET": "t" * 32, "AUTOBYTE_COORDINATOR": nobody,
+                                 "AUTOBYTE_COORDINATOR_TIMEOUT": "1"})
+    try:
+        with caplog.at_level(logging.WARNING, logger="common.control"):
+            while "not reachable after" not in caplog.text and time.monotonic() - started < 8:
+                time.sleep(0.05)
+        assert "not reachable after" in caplog.text, caplog.text
+    finally:
+        agent.close()
+    with pytest.raises(ConfigError, match="AUTOBYTE_COORDINATOR_TIMEOUT must be between"):
+        TuningAgent(rank=1, num_workers=2, config=Config(tuner="observe"),
+                    environ={"AUTOBYTE_COORDINATOR_TIMEOUT": "0"})

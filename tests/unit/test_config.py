@@ -5,6 +5,7 @@ import pytest
 
 from common.config import (
     COORDINATOR_ENV,
+    COORDINATOR_TIMEOUT_ENV,
     NUM_WORKERS_ENV,
     RANK_ENV,
     ROLE_ENV,
@@ -138,7 +139,8 @@ def test_dict_round_trip_and_replace_validates() -> None:
     (RANK_ENV, "3", 3), (NUM_WORKERS_ENV, " 8 ", 8), (ROLE_ENV, "Server", "server"),
     (VERBOSE_ENV, "0", False), (VERBOSE_ENV, "yes", True), (SECRET_ENV, "s3cret", "s3cret"),
     (COORDINATOR_ENV, "tcp://10.0.0.1:5599", "tcp://10.0.0.1:5599"),
-    (TESTBED_PREFIX_ENV, "ci7", "ci7"), (RANK_ENV, "", None), (SECRET_ENV, None, None)])
+    (TESTBED_PREFIX_ENV, "ci7", "ci7"), (COORDINATOR_TIMEOUT_ENV, "2.5", 2.5),
+    (RANK_ENV, "", None), (SECRET_ENV, None, None)])
 def test_every_job_variable_is_parsed_in_one_place(name: str, raw: str | None,
                                                    value: object) -> None:
     assert environment(name, {} if raw is None else {name: raw}) == value
@@ -149,7 +151,8 @@ def test_every_job_variable_is_parsed_in_one_place(name: str, raw: str | None,
     (RANK_ENV, "-1", "between 0"), (NUM_WORKERS_ENV, "two", "must be a int"),
     (ROLE_ENV, "boss", "one of"), (VERBOSE_ENV, "loud", "true/false"),
     (COORDINATOR_ENV, "10.0.0.1:5599", "tcp://<host>:<port>"),
-    (TESTBED_PREFIX_ENV, "Toolong7", "2-5 lowercase")])
+    (TESTBED_PREFIX_ENV, "Toolong7", "2-5 lowercase"),
+    (COORDINATOR_TIMEOUT_ENV, "0", "between 1.0 and 3600.0")])
 def test_a_malformed_job_variable_names_itself_and_what_it_allows(name: str, raw: str,
                                                                    allowed: str) -> None:
     with pytest.raises(ConfigError, match=f"{name}.*{re.escape(allowed)}"):
