@@ -128,8 +128,8 @@ def test_killing_the_coordinator_neither_stops_nor_corrupts_training(tmp_path: P
         result = launch(framework="tensorflow", workers=2, stream=watcher, timeout=300,
                         command=[sys.executable, "-m", "autobyte_tf.demo", "--steps", "800"],
                         env={"AUTOBYTE_COORDINATOR": endpoint, "AUTOBYTE_SECRET": secret,
-                             "AUTOBYTE_COORDINATOR_TIMEOUT": "2", "AUTOBYTE_TUNER": "bayesian", "AUTOBYTE_WINDOW_STEPS": "5",
-                             "AUTOBYTE_PARTITION_BYTES": "16KiB",
+                             "AUTOBYTE_COORDINATOR_TIMEOUT": "2", "AUTOBYTE_TUNER": "bayesian",
+                             "AUTOBYTE_WINDOW_STEPS": "5", "AUTOBYTE_PARTITION_BYTES": "16KiB",
                              "AUTOBYTE_CREDIT_BYTES": "16KiB", "OMP_NUM_THREADS": "1"})
     outputs = {name: p.output for name, p in result.processes.items()}
     assert result.returncode == 0, {n: o[-3000:] for n, o in outputs.items()}
