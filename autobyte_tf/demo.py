@@ -36,10 +36,11 @@ def input_shape(name: str) -> tuple[int, int, int]:
 def build_model(name: str = "cnn") -> Any:
     """cnn: about 0.33 M parameters (1.3 MB of gradients), communication-bound below ~1 Gbit/s;
     mlp: 3.2 M, communication-bound everywhere; deep: 1.2 M over more layers, more compute.
-    Never trained on: mobilenetv2 (2.3 M, 158 tensors), densenet (DenseNet-121, 7.0 M, 364
-    tensors) and resnet (ResNet-50, 23.6 M, 161 tensors), BatchNorm-heavy keras.applications
-    models; vgg (plain 3x3 convolutions, 1.3 M, 16 tensors), transformer (a two-block attention
-    encoder over the image's rows, 0.27 M, 36 tensors) and lstm (two recurrent layers, 0.21 M)."""
+    BatchNorm-heavy keras.applications models: mobilenetv2 (2.3 M, 158 tensors), densenet
+    (DenseNet-121, 7.0 M, 364 tensors) and resnet (ResNet-50, 23.6 M, 161 tensors); vgg (plain
+    3x3 convolutions, 1.3 M, 16 tensors), transformer (a two-block attention encoder over the
+    image's rows, 0.27 M, 36 tensors) and lstm (two recurrent layers, 0.21 M). The shipped
+    meta-network never trained on densenet or resnet; the others are in its testbed runs."""
     apps = {"mobilenetv2": keras.applications.MobileNetV2,
             "densenet": keras.applications.DenseNet121, "resnet": keras.applications.ResNet50}
     if name in apps:
