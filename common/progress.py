@@ -117,7 +117,7 @@ def worker_args(argv: list[str] | None, description: str | None) -> argparse.Nam
                              "convolutions), transformer (0.27 M, a two-block attention "
                              "encoder), lstm (0.21 M, two recurrent layers), or "
                              "BatchNorm-heavy models with 100+ tensors: mobilenetv2 (2.2-2.3 M "
-                             "parameters), densenet (TensorFlow only: DenseNet-121, 7.0 M) or "
+                             "parameters), densenet (DenseNet-121, 7.0 M) or "
                              "resnet (TensorFlow: ResNet-50, 23.6 M; MXNet: ResNet-34, 21.3 M)")
     parser.add_argument("--window", type=int, default=0,
                         help="steps per progress record (default: the job's window_steps)")

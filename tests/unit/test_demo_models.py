@@ -78,3 +78,13 @@ def test_both_frameworks_build_the_same_new_shapes() -> None:
         # Gluon's LSTM keeps two biases a gate where Keras keeps one: 4 x 128 a layer more
         extra = 2 * 4 * 128 if name == "lstm" else 0
         assert mx_params == tf_params + extra, (name, tf_params, mx_params)
+
+
+def test_densenet_is_the_same_model_in_both_frameworks() -> None:
+    """DenseNet-121 at 32x32: Gluon's zoo model pools globally, as Keras's does."""
+    (tf_params, tf_shape, _), = _sizes("tensorflow", ("densenet",)).values()
+    (mx_params, mx_shape, mx_loss), = _sizes("mxnet", ("densenet",)).values()
+    assert tf_shape == mx_shape == [2, 10]
+    assert mx_loss == mx_loss  # finite, not NaN
+    assert mx_params == tf_params == 6_964_106, (tf_params, mx_params)
+
