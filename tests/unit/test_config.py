@@ -25,6 +25,12 @@ def test_defaults_are_valid_and_credit_holds_a_partition() -> None:
     assert config.credit_multiple == config.credit_bytes / config.partition_bytes
 
 
+def test_the_grace_period_is_a_minute_unless_set() -> None:
+    """The README's default; the testbed's outage tests run with a shorter one."""
+    assert Config().grace_s == 60.0
+    assert Config.from_env({"AUTOBYTE_GRACE_S": "20"}).grace_s == 20.0
+
+
 def test_sizes_accept_strings() -> None:
     config = Config(partition_bytes="512KiB", credit_bytes="2MiB")
     assert (config.partition_bytes, config.credit_bytes) == (512 * 1024, 2 * 2**20)
