@@ -6,8 +6,9 @@ Reads the rows `benchmarks/native_bench.py` wrote (appended to docs/bench/native
 and prints, per framework and model, AutoByte as shipped over native at each link rate (the
 median of the cell's rounds, from its latest run), the lowest best-fixed ratio of the row
 where a grid was measured, and the cells below ``--floor`` or not measured (variants such as
-cnn-2dev, two devices a worker, or mlp-2min, 2-minute jobs, ran at one rate on purpose). A cell's older
-runs stay in the CSV; docs/bench/README.md says what each run changed. No framework needed.
+cnn-2dev, two devices a worker, or mlp-2min, 2-minute jobs, ran at one rate on purpose). A
+cell's older runs stay in the CSV; docs/bench/README.md says what each run changed. No
+framework needed.
 """
 
 from __future__ import annotations
