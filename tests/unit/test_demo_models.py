@@ -87,4 +87,3 @@ def test_densenet_is_the_same_model_in_both_frameworks() -> None:
     assert tf_shape == mx_shape == [2, 10]
     assert mx_loss == mx_loss  # finite, not NaN
     assert mx_params == tf_params == 6_964_106, (tf_params, mx_params)
-
