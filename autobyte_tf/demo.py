@@ -85,13 +85,25 @@ def _transformer(width: int = 128, heads: int = 4, blocks: int = 2) -> Any:
     return keras.Model(inputs, outputs, name="demo_transformer")
 
 
+def _threads(name: str, default: int) -> int:
+    """A thread count from the environment (TensorFlow's own variable), or the demo's default."""
+    raw = os.environ.get(name, "").strip() or str(default)
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"autobyte_tf.demo: {name}={raw!r}: a whole number of threads >= 1")
+    return int(raw)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = worker_args(argv, __doc__)
     if args.devices != 1:
         raise SystemExit(f"autobyte_tf.demo: --devices {args.devices}: one device per worker "
                          "here (several devices per worker are MXNet's demo only)")
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    # One core per worker; two inter-op threads, as with one the executor runs the gradient-ready
+    # stamps only after the whole backward pass and the tuner sees nothing to overlap.
+    for name, default, setter in (
+            ("TF_NUM_INTRAOP_THREADS", 1, tf.config.threading.set_intra_op_parallelism_threads),
+            ("TF_NUM_INTEROP_THREADS", 2, tf.config.threading.set_inter_op_parallelism_threads)):
+        setter(_threads(name, default))
     if args.local:  # compute alone: every worker trains on its own, no communication
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}")
         rank = int(cluster.get("task", {}).get("index", 0))

@@ -102,6 +102,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         self._collective_key_base = _KEY_BASE_STRIDE * next(_STRATEGY_COUNT)
         _warn_if_collectives_enabled()
         if not local:
+            _warn_if_one_inter_op_thread()
             _configure_heartbeat(resolved.grace_s, cluster_resolver)
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
@@ -321,6 +322,17 @@ def _exit_on_sigterm() -> None:
 
 _STOP_WAIT_S = 1.0  # for the running step to return; well inside a launcher's grace (5 s)
 _keep_alive: list[socket.socket] = []
+
+
+def _warn_if_one_inter_op_thread() -> None:
+    """Say when TensorFlow has one inter-op thread: its executor then runs the gradient-ready
+    stamps and the collectives only after the whole backward pass, so nothing overlaps and the
+    tuner, seeing no layer times, keeps the native path."""
+    if tf.config.threading.get_inter_op_parallelism_threads() == 1:
+        log.warning("AutoByteStrategy: TensorFlow runs one inter-op thread, so gradients are "
+                    "communicated only after the whole backward pass and scheduling cannot "
+                    "overlap them; give it 2 or more (TF_NUM_INTEROP_THREADS or "
+                    "tf.config.threading.set_inter_op_parallelism_threads)")
 
 
 def _warn_if_collectives_enabled() -> None:

@@ -25,7 +25,7 @@ import autobyte_tf
 from autobyte_tf._checks import file_barrier
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(2)
 
 STEPS = 12
 BATCH = 8
