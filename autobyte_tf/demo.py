@@ -100,10 +100,8 @@ def main(argv: list[str] | None = None) -> None:
                          "here (several devices per worker are MXNet's demo only)")
     # One core per worker; two inter-op threads, as with one the executor runs the gradient-ready
     # stamps only after the whole backward pass and the tuner sees nothing to overlap.
-    for name, default, setter in (
-            ("TF_NUM_INTRAOP_THREADS", 1, tf.config.threading.set_intra_op_parallelism_threads),
-            ("TF_NUM_INTEROP_THREADS", 2, tf.config.threading.set_inter_op_parallelism_threads)):
-        setter(_threads(name, default))
+    tf.config.threading.set_intra_op_parallelism_threads(_threads("TF_NUM_INTRAOP_THREADS", 1))
+    tf.config.threading.set_inter_op_parallelism_threads(_threads("TF_NUM_INTEROP_THREADS", 2))
     if args.local:  # compute alone: every worker trains on its own, no communication
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}")
         rank = int(cluster.get("task", {}).get("index", 0))
