@@ -328,11 +328,23 @@ def _warn_if_one_inter_op_thread() -> None:
     """Say when TensorFlow has one inter-op thread: its executor then runs the gradient-ready
     stamps and the collectives only after the whole backward pass, so nothing overlaps and the
     tuner, seeing no layer times, keeps the native path."""
-    if tf.config.threading.get_inter_op_parallelism_threads() == 1:
+    if _inter_op_threads() == 1:
         log.warning("AutoByteStrategy: TensorFlow runs one inter-op thread, so gradients are "
                     "communicated only after the whole backward pass and scheduling cannot "
                     "overlap them; give it 2 or more (TF_NUM_INTEROP_THREADS or "
                     "tf.config.threading.set_inter_op_parallelism_threads)")
+
+
+def _inter_op_threads() -> int:
+    """TensorFlow's inter-op threads as it picks them: the configured count, else
+    TF_NUM_INTEROP_THREADS, else one per core this process may run on."""
+    configured = tf.config.threading.get_inter_op_parallelism_threads()
+    if configured > 0:
+        return int(configured)
+    given = os.environ.get("TF_NUM_INTEROP_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return len(os.sched_getaffinity(0))
 
 
 def _warn_if_collectives_enabled() -> None:

@@ -15,17 +15,25 @@ pytest.importorskip("tensorflow", reason="needs tensorflow==2.21 (pip install 'a
 _PROBE = """
 import logging, sys
 import tensorflow as tf
-tf.config.threading.set_inter_op_parallelism_threads(int(sys.argv[1]))
+if sys.argv[1]:
+    tf.config.threading.set_inter_op_parallelism_threads(int(sys.argv[1]))
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from autobyte_tf.strategy import _warn_if_one_inter_op_thread
 _warn_if_one_inter_op_thread()
 """
 
 
-@pytest.mark.parametrize("threads, warned", [(1, True), (2, False)])
-def test_one_inter_op_thread_is_warned_about(threads: int, warned: bool) -> None:
+@pytest.mark.parametrize("configured, variable, warned",
+                         [("1", None, True), ("2", None, False), ("", "1", True),
+                          ("", "2", False), ("2", "1", False)])
+def test_one_inter_op_thread_is_warned_about(configured: str, variable: str | None,
+                                             warned: bool) -> None:
+    """Set through TensorFlow's API or, when that is not called, its variable."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(threads)], env=env,
+    env.pop("TF_NUM_INTEROP_THREADS", None)
+    if variable is not None:
+        env["TF_NUM_INTEROP_THREADS"] = variable
+    done = subprocess.run([sys.executable, "-c", _PROBE, configured], env=env,
                           capture_output=True, text=True, timeout=120, check=True)
     assert ("one inter-op thread" in done.stderr) is warned, done.stderr
 
