@@ -18,9 +18,10 @@ The loop also measures what switching costs this job: the first window on a new 
 carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
 excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
 recent costs (before the first switch, the first window's warm-up: the job's first trace) and,
-as the expected remaining time, the time the job has trained under the conditions in force (they
-are assumed to last at least as long again as they have), so a switch whose gain cannot pay for
-its cost is not made.
+as the expected remaining time (``horizon_s``), the time the job has left while its conditions
+have held since it started, and once they have changed the time it has trained under the
+conditions in force (they are assumed to last as long again), so a switch whose gain cannot pay
+for its cost is not made.
 
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
@@ -34,7 +35,7 @@ this job measured under the same conditions, the measurements decide: no predict
 unless the target measured faster beyond ``noise_band``. On native (where jobs start,
 ``common.plan.START``), the guard measures the model's pick for one window when the model ranks it
 above its own prediction of native by more than the gain threshold and half that gain (at most
-``PROBE_GAIN_CAP``) over the time trained so far pays for a miss (the switches there and back, the
+``PROBE_GAIN_CAP``) over the horizon pays for a miss (the switches there and back, the
 window on the pick; once per conditions): a model far off on an unseen job still ranks, but its
 speeds are too low for the trigger to ever leave native; the pick stays only if it measures faster
 than native beyond ``noise_band``. The predicted gain funds this one try, not the exploration
@@ -150,6 +151,7 @@ class TuningLoop:
         self._back_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
         self._since_s = 0.0  # trained_s when the conditions last changed
+        self._changes = 0  # how often they changed in this job
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
             raise ConfigError(f"noise_band must be in [0, 1) and guard_windows >= 1, got "
                               f"noise_band={noise_band!r}, guard_windows={guard_windows!r}")
@@ -300,10 +302,18 @@ class TuningLoop:
 
     @property
     def horizon_s(self) -> float:
-        """How long a switch's gain is expected to last: as long again as the conditions in
-        force have lasted (a link that alternates every few seconds pays for no retrace), and
-        no longer than the job has left (``left_s``)."""
-        return min(self.trained_s - self._since_s, self.left_s)
+        """How long a switch's gain is expected to last: to the job's end (``left_s``) while
+        its conditions have held since it started; once they have changed, or when no worker
+        knows where the job ends, as long again as the conditions in force have lasted (a
+        link that alternates every few seconds pays for no retrace), never past the end."""
+        if self._changes or math.isinf(self.left_s):
+            return min(self.lasted_s, self.left_s)
+        return self.left_s
+
+    @property
+    def lasted_s(self) -> float:
+        """Training time under the conditions in force."""
+        return self.trained_s - self._since_s
 
     @property
     def left_s(self) -> float:
@@ -382,6 +392,7 @@ class TuningLoop:
         self._history.clear()
         self._vetoed.clear()
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
+        self._changes += 1
         self._probed = False
         self._climbed.clear()
         self._climb_s = 0.0
@@ -581,7 +592,7 @@ class TuningLoop:
         near = [x for x in pool if x.scheduling and (x.partition_bytes, x.credit_bytes) in steps
                 and knobs(x) not in self._climbed and knobs(x) not in self._vetoed
                 and self.measured(x) is None]
-        if not near or self._climb_s + self._miss_s(1) > self.explore_share * self.horizon_s \
+        if not near or self._climb_s + self._miss_s(1) > self.explore_share * self.lasted_s \
                 or self._too_late(self._miss_s(1)):
             return None
         predicted = self._predictions(near)

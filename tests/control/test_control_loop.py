@@ -536,11 +536,13 @@ def _probed_job(windows: int, end_step: int = 0) -> tuple[TuningLoop, list[tuple
     return loop, switches
 
 
-@pytest.mark.parametrize(("end_step", "probed"), [(0, True), (1000, True), (70, False)])
+@pytest.mark.parametrize(("end_step", "probed"), [(0, True), (1000, True), (70, True),
+                                                  (50, False)])
 def test_no_probe_the_job_ends_before_it_pays_back(end_step: int, probed: bool) -> None:
     """The job of the test above, whose workers know where it ends: with 100 s left the probe
-    comes as before; in a 7 s job, half the predicted 25% over the 3 s left after 4 s would
-    not pay for a miss of 0.5 s, so the job stays native to its end."""
+    comes as before, and in a 7 s job too (half the predicted 25% over the 4.8 s left after
+    its second window pays for a miss of 0.5 s); in a 5 s job, over the 2.8 s left it would
+    not, so the job stays native to its end."""
     loop, switches = _probed_job(7, end_step)
     assert ([k for _, k in switches] == [knobs(B)]) is probed, switches
     lead = 3  # lead_s 0.3 s at 0.1 s a step
@@ -707,16 +709,37 @@ def test_a_gain_within_the_noise_band_earns_no_room_for_tries() -> None:
         assert loop.lost_s - before == pytest.approx(change * window_s), speed
 
 
-def test_the_horizon_is_the_time_under_the_conditions_in_force() -> None:
-    """A link that changes every few seconds pays for no switch: the gain is weighed over as
-    long as the conditions have lasted, not the whole job."""
+@pytest.mark.parametrize("end_step", [0, 1000])
+def test_the_horizon_is_the_time_under_the_conditions_in_force(end_step: int) -> None:
+    """A link that changes every few seconds pays for no switch: once the conditions have
+    changed, the gain is weighed over as long as they have lasted, not the whole job. Before
+    that, a job whose end is known weighs it over the time it has left; one whose end is not
+    known, over the time it has trained."""
     loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 40), trigger=ThresholdTrigger(),
                       guard=False)  # no decision to measure native, which nothing here applies
     for w in range(20):  # 20 s at 100 samples/s
-        loop.on_observation(observation(A, 100.0, 10 * w))
-    assert loop.horizon_s == loop.trained_s == 20.0
-    loop.on_observation(observation(A, 20.0, 200))  # fivefold slower: conditions changed
-    assert loop.trained_s == 21.0 and loop.horizon_s == 1.0
+        loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
+    assert loop.trained_s == 20.0
+    assert loop.horizon_s == (20.0 if not end_step else loop.left_s)
+    if end_step:
+        assert loop.left_s == pytest.approx((1000 - 199 - 3) * 0.1)  # lead 3 steps
+    loop.on_observation(observation(A, 20.0, 200, end_step=end_step))  # fivefold slower
+    assert loop.trained_s == 21.0 and loop.lasted_s == 1.0 and loop.horizon_s == 1.0
+
+
+def test_a_known_end_brings_a_costly_probe_forward() -> None:
+    """The job of ``test_a_probe_waits_until_the_predicted_gain_pays_for_the_switch`` whose
+    workers know it ends at step 10000: half of 25% of the 980 s it has left covers the
+    20.5 s miss, so the probe comes at its first decision once native is measured (21 s
+    trained, 20 of them the first window's trace), not after 164 s."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
+                      trigger=ThresholdTrigger(), explore_share=None)
+    assert loop.on_observation(observation(native, 120.0, 0, warmup_steps=1, warmup_s=20.0,
+                                           end_step=10000)) is None
+    decision = loop.on_observation(observation(native, 120.0, 10, end_step=10000))
+    assert decision is not None and knobs(decision.config) == knobs(B)
+    assert loop.trained_s == pytest.approx(22.0)
 
 
 # B's neighbours in the search space (the partition doubled and halved, the credit kept)
