@@ -151,7 +151,7 @@ class TuningLoop:
         self._back_costs: collections.deque[float] = collections.deque(maxlen=3)
         self.trained_s = 0.0
         self._since_s = 0.0  # trained_s when the conditions last changed
-        self._changes = 0  # how often they changed in this job
+        self._changed = False  # whether they changed in this job
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
             raise ConfigError(f"noise_band must be in [0, 1) and guard_windows >= 1, got "
                               f"noise_band={noise_band!r}, guard_windows={guard_windows!r}")
@@ -306,7 +306,7 @@ class TuningLoop:
         its conditions have held since it started; once they have changed, or when no worker
         knows where the job ends, as long again as the conditions in force have lasted (a
         link that alternates every few seconds pays for no retrace), never past the end."""
-        if self._changes or math.isinf(self.left_s):
+        if self._changed or math.isinf(self.left_s):
             return min(self.lasted_s, self.left_s)
         return self.left_s
 
@@ -392,7 +392,7 @@ class TuningLoop:
         self._history.clear()
         self._vetoed.clear()
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
-        self._changes += 1
+        self._changed = True
         self._probed = False
         self._climbed.clear()
         self._climb_s = 0.0
