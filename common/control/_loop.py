@@ -26,10 +26,12 @@ for its cost is not made.
 The loop also guards against doing worse than nothing: native (the framework's own path,
 ``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
 ``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes seconds: the
-first window's warm-up tells how many), and again after conditions change (the speed in force moves
-threefold); a configuration measured slower than native beyond ``noise_band`` is never switched to,
-and one the job is on goes back to native after ``guard_windows`` such windows; when the guard's
-measurement of native comes out slower than the configuration it left, the job goes straight back
+first window's warm-up tells how many) or sooner, when the model ranks native far enough
+above the configuration in force to pay for the switch as a probe would, and again after
+conditions change (the speed in force moves threefold); a configuration measured slower than
+native beyond ``noise_band`` is never switched to, and one the job is on goes back to native
+after ``guard_windows`` such windows; when the guard's measurement of native comes out slower
+than the configuration it left, the job goes straight back
 (the trigger may still be waiting for its predictions to settle), and between two configurations
 this job measured under the same conditions, the measurements decide: no prediction moves the job
 unless the target measured faster beyond ``noise_band``. On native (where jobs start,
@@ -478,10 +480,13 @@ class TuningLoop:
                                f"{self.current.describe()}, not above the {there:.1f} of "
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-        elif native is None and cheap:
+        elif native is None and (cheap or (gain := self._native_gain(predicted_current))):
             self._explored_from = self.current
+            why = "" if cheap else f" (the model ranks it {gain:+.0%} above the configuration " \
+                "in force, which pays for the switch over the job's horizon)"
             return Verdict("explore", self.native, "guard: measure the framework's own path "
-                           "(native) for one window", verdict.gain, verdict.error, verdict.adapt)
+                           f"(native) for one window{why}", verdict.gain, verdict.error,
+                           verdict.adapt)
         elif left is None and native is not None and (since := self._recheck_due()):
             self._explored_from = self.current
             self._recheck_fresh = True  # judged on the windows to come
@@ -599,6 +604,21 @@ class TuningLoop:
         if predicted is None:
             return None
         return max(zip(near, predicted, strict=True), key=lambda xp: xp[1])[0]
+
+    def _native_gain(self, predicted_current: float | None) -> float:
+        """On a scheduled configuration before native is measured: the model's prediction of
+        native over its own of the configuration in force, less one, when that gain, counted
+        as a probe's (``PROBE_TRUST``, at most ``PROBE_GAIN_CAP``), pays over the horizon for a
+        miss; else 0. A job started on a poor configuration then leaves it at its first
+        decision, not once the switch is cheap for the job (20 times the cost trained)."""
+        if not predicted_current or predicted_current <= 0:
+            return 0.0
+        predicted = self._predictions([self.native])
+        if predicted is None:
+            return 0.0
+        gain = predicted[0] / predicted_current - 1.0
+        pays = self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * self.horizon_s
+        return gain if gain > 0 and pays else 0.0
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:

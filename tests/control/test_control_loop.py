@@ -357,6 +357,31 @@ def test_guard_waits_to_measure_native_until_the_switch_is_cheap_for_the_job() -
     assert 180 <= guarded <= 195  # 200 s trained: 10 s of it is 5%
 
 
+@pytest.mark.parametrize(("ranked_native", "end_step", "first"), [
+    (100.0, 20000, 0),  # +100%, capped at 50%, half counted, over the ~2000 s left: at once
+    (100.0, 0, 31),  # no known end: over as long again as trained, once that pays (42 s)
+    (52.5, 0, 187),  # +5% pays for no miss that soon: once 5% of the time trained does
+])
+def test_a_poor_start_leaves_for_native_once_the_models_gain_pays_for_it(
+        ranked_native: float, end_step: int, first: int) -> None:
+    """A job started on A, whose first window traced for 10 s, under a model far off in
+    absolute speeds (A ranked at 50, measured 100) that ranks native above A: the guard
+    measures native once half that gain over the horizon pays for a miss (the 10-s switch
+    and a quarter of the window and lead, 10.4 s), not only once the switch is 5% of the
+    time trained (198 s)."""
+    ranked = {NATIVE: ranked_native, knobs(A): 50.0, knobs(B): 45.0}
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
+                                                 end_step=end_step))]
+    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
+                  for w in range(1, 200)]
+    guarded = next(w for w, d in enumerate(decisions) if d is not None)
+    assert not decisions[guarded].config.scheduling
+    assert abs(guarded - first) <= 1, guarded
+
+
 def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
         tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
