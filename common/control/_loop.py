@@ -31,7 +31,8 @@ above the configuration in force to pay for the switch as a probe would, and aga
 conditions change (the speed in force moves threefold); a configuration measured slower than
 native beyond ``noise_band`` is never switched to, and one the job is on goes back to native
 after ``guard_windows`` such windows; when the guard's measurement of native comes out slower
-than the configuration it left, the job goes straight back
+than the configuration it left, the job goes straight back (after a second window when one
+came out within twice the noise band: 5-step windows swing by that much)
 (the trigger may still be waiting for its predictions to settle), and between two configurations
 this job measured under the same conditions, the measurements decide: no prediction moves the job
 unless the target measured faster beyond ``noise_band``. On native (where jobs start,
@@ -425,6 +426,14 @@ class TuningLoop:
             self._explored_from = None
             back = self.measured(left) if left is not None else None
             if left is not None and native is not None and back is not None:
+                if native * (1 + self.noise_band) < back <= native * (1 + 2 * self.noise_band) \
+                        and len(self._history[knobs(self.native)]) < 2:
+                    self._explored_from = left
+                    return Verdict("stay", self.current, f"guard: native measured "
+                                   f"{native:.1f} samples/s in one window, within twice the "
+                                   f"noise band below the {back:.1f} of {left.describe()}: "
+                                   "one more window before deciding", verdict.gain,
+                                   verdict.error, verdict.adapt)
                 if back > native * (1 + self.noise_band):
                     self._recheck_every = 2 * self._recheck_interval()
                     return Verdict("switch", left, f"guard: native measured {native:.1f} "

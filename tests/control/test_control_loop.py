@@ -409,6 +409,34 @@ def test_guard_returns_at_once_when_native_measures_slower_than_what_it_left() -
     assert applied[1][0] - applied[0][0] <= 30  # one window on native, then the lead
 
 
+@pytest.mark.parametrize(("native_windows", "back"), [((100.0, 104.0), False),
+                                                     ((100.0, 100.0), True),
+                                                     ((95.0, 110.0), True)])
+def test_a_close_call_against_native_waits_for_its_second_window(
+        native_windows: tuple[float, float], back: bool) -> None:
+    """A runs 105: native's first window at 100 is within twice the noise band (3%) below it,
+    so a second decides (their mean 102 keeps native, 100 goes back); 95 is beyond it, and
+    the job goes back at once."""
+    predicted = {knobs(A): 400.0, knobs(B): 400.0, NATIVE: 400.0}
+    loop = TuningLoop(config=A, tuner=PredictingTuner(predicted, [A, B]),
+                      trigger=ThresholdTrigger(), explore_share=None)
+    current, pending, applied, on_native = A, None, [], 0
+    for w in range(12):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            applied.append((w, current))
+        if current.scheduling:
+            speed = 105.0
+        else:
+            speed, on_native = native_windows[min(on_native, 1)], on_native + 1
+        pending = loop.on_observation(observation(current, speed, w * 10)) or pending
+    assert not applied[0][1].scheduling
+    returned = [w for w, c in applied[1:2] if c == A]
+    assert bool(returned) is back, applied
+    if back:  # one window later when the first was a close call
+        assert returned[0] - applied[0][0] == (2 if native_windows[0] == 95.0 else 3), applied
+
+
 def _native_start(predicted: dict[tuple[int, int, bool], float],
                   measured: dict[tuple[int, int, bool], float]) -> list[tuple[int, Config]]:
     native = A.replace(scheduling=False)
