@@ -185,8 +185,7 @@ def convergence(plan: Plan) -> Result:
     _, measured = _grid(plan, "tensorflow", "cnn", rate)
     best_label, best = _best(measured)
     worst = sorted(measured, key=measured.__getitem__)[:2]
-    # long enough for the guard's first move: measuring native waits until the switch (a
-    # TensorFlow trace, about 0.4 s on this cnn) costs at most 5% of the time trained
+    # long enough for a probe from native to pay back its trace (about 0.4 s on this cnn)
     steps = 300 if plan.quick else 600
     rows: list[dict[str, Any]] = []
     for start in worst:
