@@ -31,9 +31,9 @@ above the configuration in force to pay for the switch as a probe would, and aga
 conditions change (the speed in force moves threefold); a configuration measured slower than
 native beyond ``noise_band`` is never switched to, and one the job is on goes back to native
 after ``guard_windows`` such windows; when the guard's measurement of native comes out slower
-than the configuration it left, the job goes straight back (after a second window when one
-came out within twice the noise band: 5-step windows swing by that much)
-(the trigger may still be waiting for its predictions to settle), and between two configurations
+than the configuration it left, the job goes straight back (the trigger may still be waiting
+for its predictions to settle; a close call, one window within twice the noise band, waits
+for a second: 5-step windows swing by that much), and between two configurations
 this job measured under the same conditions, the measurements decide: no prediction moves the job
 unless the target measured faster beyond ``noise_band``. On native (where jobs start,
 ``common.plan.START``), the guard measures the model's pick for one window when the model ranks it
@@ -446,8 +446,7 @@ class TuningLoop:
             probe = self._probe(candidates, predicted_current) if native is not None else None
             ratio = 0.0 if probe is None else \
                 (probe.predicted or 0.0) / (predicted_current or 1.0) - 1.0
-            if probe is not None and self._miss_s(1) <= \
-                    PROBE_TRUST * min(ratio, PROBE_GAIN_CAP) * self.horizon_s:
+            if probe is not None and self._pays_as_probe(ratio):
                 self._probed = True
                 self._explored_from = self.current
                 self._tried_ratio = 1.0 + ratio
@@ -626,8 +625,12 @@ class TuningLoop:
         if predicted is None:
             return 0.0
         gain = predicted[0] / predicted_current - 1.0
-        pays = self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * self.horizon_s
-        return gain if gain > 0 and pays else 0.0
+        return gain if gain > 0 and self._pays_as_probe(gain) else 0.0
+
+    def _pays_as_probe(self, gain: float) -> bool:
+        """A model's ranked ``gain`` pays for a one-window try: ``PROBE_TRUST`` of it (at most
+        ``PROBE_GAIN_CAP``) over the horizon covers a miss."""
+        return self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * self.horizon_s
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:
