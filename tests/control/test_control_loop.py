@@ -414,7 +414,7 @@ def test_guard_returns_at_once_when_native_measures_slower_than_what_it_left() -
                                                      ((95.0, 110.0), True)])
 def test_a_close_call_against_native_waits_for_its_second_window(
         native_windows: tuple[float, float], back: bool) -> None:
-    """A runs 105: native's first window at 100 is within twice the noise band (3%) below it,
+    """A runs 105: native's first window at 100 is within twice the 3% noise band below it,
     so a second decides (their mean 102 keeps native, 100 goes back); 95 is beyond it, and
     the job goes back at once."""
     predicted = {knobs(A): 400.0, knobs(B): 400.0, NATIVE: 400.0}
