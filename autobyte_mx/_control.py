@@ -1,17 +1,20 @@
-"""The step protocol: at each step boundary every worker takes rank 0's decision, switches at
-once, starts the step and sends its vector for the next one; finished steps go to the tuner.
+"""The step protocol: in the last step of every window each worker sends its agreement vector,
+and at the window boundary every worker takes rank 0's decision and switches at once; every
+step starts after the ones ``RUN_AHEAD_STEPS`` before it have communicated, and finished steps
+go to the tuner.
 
 A step boundary is where the store learns a step has begun: a key is pushed again. Python only
 queues work for MXNet's engine, so a step's first push also waits until the communication of the
 step ``RUN_AHEAD_STEPS`` before it has finished (which never stalls the engine: the step in
 between is still queued).
 
-``common.agreement`` makes and reads the vector; one ps-lite key every worker pushpulls each
-step carries it (``ControlKey``). Rank 0's plan head
-(``_pace``) rides as its payload. The vector is written around the engine (``_engine.host_view``):
-the last exchange was waited for, and an engine write would wait for the step's queued backward
-pass, holding back every gradient push of the step until then. Under 2-bit compression the
-values go as bits that compression keeps exact (``_compression.wire``).
+``common.agreement`` makes and reads the vector; one ps-lite key every worker pushpulls once a
+window carries it (``ControlKey``): a key every step costs a fast step several percent, and
+decisions come due at window boundaries anyway. Rank 0's plan head (``_pace``) rides as its
+payload. The vector is written around the engine (``_engine.host_view``): the last exchange was
+waited for, and an engine write would wait for the step's queued backward pass, holding back
+every gradient push of the step until then. Under 2-bit compression the values go as bits that
+compression keeps exact (``_compression.wire``).
 """
 
 from __future__ import annotations
@@ -36,14 +39,14 @@ from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.agreement import Agreed, Agreement
 
-__all__ = ["DECISION_LEAD_STEPS", "ControlKey", "Controller"]
+__all__ = ["DECISION_LEAD_STEPS", "ControlKey", "Controller", "agrees_before"]
 
 log = logging.getLogger(__name__)
 
 RUN_AHEAD_STEPS = 2
 # A step reaches the tuner once all its blocks are done, up to RUN_AHEAD_STEPS + 1 steps after
-# Python ran it, and rank 0 proposes each step's configuration a step ahead: a decision leads by
-# that much (besides the message's time).
+# Python ran it, and rank 0 proposes a boundary's configuration in the step before it: a
+# decision leads by that much (besides the message's time).
 DECISION_LEAD_STEPS = RUN_AHEAD_STEPS + 2
 
 
@@ -112,9 +115,10 @@ class Controller:
         if new is not None and self._remote.active:
             self._remote.switched(issuer.step, main, expected, same=main is before)
         self._recorder.begin_step(issuer.step, config, self.batch, at=boundary)
-        head = issuer.head_bytes(self._backward_s) if self._rank == 0 else None
-        assert self._key is not None
-        self._key.send(issuer.step, head_bytes=head, priority=COMM_PRIORITY)
+        if agrees_before(issuer.step + 1, config.window_steps):
+            head = issuer.head_bytes(self._backward_s) if self._rank == 0 else None
+            assert self._key is not None
+            self._key.send(issuer.step, head_bytes=head, priority=COMM_PRIORITY)
         self._feed()
 
     def _feed(self) -> None:
@@ -140,8 +144,13 @@ class Controller:
         return [(t.name, t.nbytes) for t in tensors]
 
 
+def agrees_before(step: int, window_steps: int) -> bool:
+    """Whether ``step`` is a window boundary, so the step before it sends the agreement."""
+    return step % window_steps == 0
+
+
 class ControlKey:
-    """Sends this worker's agreement vector each step and takes the sum a step later."""
+    """Sends this worker's agreement vector and takes the sum at the next step."""
 
     def __init__(self, agreement: Agreement, *, transport: Transport,
                  threshold: float | None) -> None:
@@ -171,9 +180,10 @@ class ControlKey:
         self._sent = True
 
     def take(self) -> Agreed | None:
-        """The sum of the last vector sent (waits for it); None before the first."""
+        """The sum of the vector sent since the last take (waits for it); None if none was."""
         if not self._sent:
             return None
+        self._sent = False
         return self._agreement.take(self._unwire(self._array.asnumpy()))
 
     def _wire(self, values: list[float]) -> npt.NDArray[numpy.float32]:

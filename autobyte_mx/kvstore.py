@@ -197,7 +197,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         return self._issuer.step
 
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
-        """Switch to ``config`` (or the current one with ``changes``) at the next step but one.
+        """Switch to ``config`` (or the current one with ``changes``) at the first window
+        boundary whose agreement has not been sent (it goes out in the window's last step).
 
         Every worker switches at the same step; rank 0's request decides (calling it on every
         worker with the same value is fine).

@@ -39,8 +39,10 @@ def vector_length(payload_len: int = 0) -> int:
 
 
 def fingerprint(config: Config) -> int:
-    """A small number (< 65521) that differs when the communicated knobs differ."""
-    text = f"{config.partition_bytes}:{config.credit_bytes}:{int(config.scheduling)}"
+    """A small number (< 65521) that differs when the communicated knobs differ, or the window
+    (the adapters agree at window boundaries: workers with different windows would not meet)."""
+    text = (f"{config.partition_bytes}:{config.credit_bytes}:{int(config.scheduling)}:"
+            f"{config.window_steps}")
     return zlib.crc32(text.encode()) % 65521
 
 
@@ -122,7 +124,8 @@ class Agreement:
         if v[_FP_ALL] != self.workers * v[_FP0]:
             raise ConfigError(
                 "workers disagree on the AutoByte configuration (partition_bytes, "
-                f"credit_bytes, scheduling): rank {self.rank} has {self._config.describe()} "
+                f"credit_bytes, scheduling, window_steps): rank {self.rank} has "
+                f"{self._config.describe()}, window_steps={self._config.window_steps} "
                 f"(fingerprint {fingerprint(self._config)}), rank 0 has fingerprint {v[_FP0]}; "
                 "give every worker the same AUTOBYTE_* variables and keyword arguments")
         if v[_STEP_ALL] != self.workers * v[_STEP0]:

@@ -29,9 +29,10 @@ def skip_without_mxnet() -> None:
         pytest.skip(f"MXNet 1.9.1 is not importable: {exc}", allow_module_level=True)
 
 WORKER = Path(__file__).with_name("mx_worker.py")
-# Fixed-configuration jobs: no live tuning (tests of tuning set AUTOBYTE_TUNER themselves).
+# Fixed-configuration jobs: no live tuning (tests of tuning set AUTOBYTE_TUNER themselves),
+# and a one-step window, so a switch asked for after a step lands at the step after the next.
 JOB_ENV = {"OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "PYTHONUNBUFFERED": "1",
-           "AUTOBYTE_TUNER": "none"}
+           "AUTOBYTE_TUNER": "none", "AUTOBYTE_WINDOW_STEPS": "1"}
 
 
 @dataclass

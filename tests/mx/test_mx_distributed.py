@@ -83,12 +83,14 @@ def test_scheduling_off_matches_native_bitwise(tmp_path: Path, native_refs: Nati
 
 
 def test_live_reconfiguration_two_workers(tmp_path: Path, native_refs: NativeRefs) -> None:
-    """Rank 0 proposes after loop steps 0, 2, 4 (kvstore steps 1, 3, 5); the proposal rides
-    the next step's control key and every worker applies it one step after that."""
-    want = native_refs.get(*MLP, workers=2, servers=1)
-    job = run_job(tmp_path, *MLP, "--partition", "1MiB", "--credit", "4MiB",
-                  "--switch", "0:8KiB:16KiB:1", "--switch", "2:4KiB:64KiB:0",
-                  "--switch", "4:32KiB:32KiB:1")
+    """Two-step windows: the workers agree in each window's last step (kvstore steps 1, 3,
+    5, 7) and switch at its end. Rank 0 asks after loop steps 0, 3, 5 (kvstore steps 1, 4,
+    6); each request rides the next window's agreement and lands at steps 4, 6 and 8."""
+    args = (*MLP, "--steps", "9")  # the summary holds the steps before the last
+    want = native_refs.get(*args, workers=2, servers=1)
+    job = run_job(tmp_path, *args, "--partition", "1MiB", "--credit", "4MiB",
+                  "--switch", "0:8KiB:16KiB:1", "--switch", "3:4KiB:64KiB:0",
+                  "--switch", "5:32KiB:32KiB:1", env={"AUTOBYTE_WINDOW_STEPS": "2"})
     assert_ok(job)
     for rank in range(2):
         assert_same(job.params(rank), want.params(rank), exact=True)
@@ -96,10 +98,10 @@ def test_live_reconfiguration_two_workers(tmp_path: Path, native_refs: NativeRef
              for s in job.summary(r)["steps"]] for r in range(2)]
     assert seen[0] == seen[1], "workers switched at different steps"
     by_step = {step: (part, sched) for step, part, sched in seen[0]}
-    assert by_step[1] == by_step[2] == (1 << 20, True)
-    assert by_step[3] == by_step[4] == (8 << 10, True)
-    assert by_step[5][1] is False and by_step[6][1] is False
-    assert by_step[7] == (32 << 10, True)
+    assert by_step[1] == by_step[2] == by_step[3] == (1 << 20, True)
+    assert by_step[4] == by_step[5] == (8 << 10, True)
+    assert by_step[6][1] is False and by_step[7][1] is False
+    assert by_step[8] == (32 << 10, True)
     # the planned order is shared: both workers start blocks in the same sequence (with
     # scheduling off nothing is admitted: each tensor goes when its gradient is ready)
     for s0, s1 in zip(job.summary(0)["steps"], job.summary(1)["steps"], strict=True):

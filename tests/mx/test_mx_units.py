@@ -4,6 +4,7 @@ order, the kvstore on a fake native store, misuse errors."""
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import threading
 import warnings
@@ -25,7 +26,7 @@ skip_without_mxnet()
 import mxnet as mx  # noqa: E402
 
 from autobyte_mx import _engine  # noqa: E402
-from autobyte_mx._layout import WHOLE, Groups, Tensor, block_name, pins_for, server_of  # noqa: E402
+from autobyte_mx._layout import CONTROL_KEY, WHOLE, Groups, Tensor, block_name, pins_for, server_of  # noqa: E402
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
 
@@ -210,6 +211,7 @@ class FakeNative:
         self.workers = workers
         self.stored: dict[Hashable, Any] = {}
         self.pushed: list[list[Hashable]] = []
+        self.controls = 0  # control key exchanges
 
     def init(self, key: Any, value: Any) -> None:
         for k, v in zip(*_lists(key, value), strict=True):
@@ -217,14 +219,16 @@ class FakeNative:
 
     def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
         keys, values = _lists(key, value)
-        if keys != [0]:
+        if keys == [CONTROL_KEY]:
+            self.controls += 1
+        else:
             self.pushed.append(keys)
         outs = values if out is None else _lists(key, out)[1]
         for k, v, target in zip(keys, values, outs, strict=True):
             if target is not v:
                 v.copyto(target)
-            _engine.push_callback(functools.partial(_scale, target, 1 if k == 0 else self.workers),
-                                  mutable=[target])
+            factor = 1 if k == CONTROL_KEY else self.workers
+            _engine.push_callback(functools.partial(_scale, target, factor), mutable=[target])
 
     def pull(self, key: Any, out: Any = None, priority: int = 0) -> None:
         for k, o in zip(*_lists(key, out), strict=True):
@@ -299,7 +303,7 @@ def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
         calls.pushpull([9], [a], [a], 0)
 
 
-SAMPLE_EVERY = 2  # the tests' stores time every other step (the default is one a window)
+WINDOW_STEPS = 2  # the tests' stores agree and time per tensor every other step
 
 
 def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
@@ -319,7 +323,7 @@ def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     stores: list[Any] = []
 
     def make(**options: Any) -> Any:
-        options.setdefault("sample_every", SAMPLE_EVERY)
+        options.setdefault("window_steps", WINDOW_STEPS)
         store = autobyte_mx.AutoByte(tuner="none", **options)
         stores.append(store)
         return store, fake
@@ -351,17 +355,20 @@ def test_kvstore_fuses_splits_and_switches_with_exact_sums(fake_store) -> None: 
         store.broadcast(key, param, out=param)
     big = Config(partition_bytes="1MiB", credit_bytes="4MiB")
     native = Config(scheduling=False)
-    _train(store, [None, big, None, native, None, Config(partition_bytes="4KiB",
-                                                         credit_bytes="8KiB"), None, None],
+    small = Config(partition_bytes="4KiB", credit_bytes="8KiB")
+    _train(store, [big, None, native, None, None, small, None, None, None],  # after steps 1, 3, 6
            np.random.RandomState(0))
     mx.nd.waitall()
     stats = store.step_stats()
     seen = {}
-    for s in stats:  # a request lands two steps later (it rides the next control key)
+    assert fake.controls == 1 + 5  # the handshake, then the last step of each window (1, 3, .., 9)
+    switched = [b.step for a, b in itertools.pairwise(stats) if b.config != a.config]
+    assert switched == [4, 6, 8]  # a request rides the next window's last step, lands at its end
+    for s in stats:
         blocks = sorted(c.tensor for c in s.chunks)
         kind = s.config.partition_bytes if s.config.scheduling else "native"
         seen[kind] = True
-        sampled = s.step % SAMPLE_EVERY == SAMPLE_EVERY - 1
+        sampled = s.step % WINDOW_STEPS == WINDOW_STEPS - 1
         if kind == 4096:  # split and fused
             assert len(blocks) == 6 and "net_l0+3" in blocks, blocks
         elif kind == 1 << 20:  # one block

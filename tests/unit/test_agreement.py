@@ -80,6 +80,7 @@ def test_a_user_request_wins_over_a_due_decision_and_every_rank_asks() -> None:
 def test_disagreement_step_skew_and_a_missing_worker_are_errors_that_say_so() -> None:
     a, b = Config(partition_bytes="64KiB"), Config(partition_bytes="8KiB")
     assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(a) != fingerprint(a.replace(window_steps=5))  # they agree per window
     (ra, _), (_, rb) = _workers(a, 2), _workers(b, 2)
     with pytest.raises(ConfigError, match="workers disagree"):
         rb.take(_sum([ra.vector(1, due_at=2), rb.vector(1, due_at=2)]))
