@@ -45,9 +45,10 @@ than native beyond ``noise_band``. The predicted gain funds this one try, not th
 budget, which would hold it for minutes where a miss costs seconds of windows. When the model
 ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
 budget; after a miss, only a pick it still ranks above native once discounted by how far it
-overrated the miss (``_trial``). A configuration the guard left stays barred for ``veto_windows``
-windows, adaptations included (a predictor that keeps overrating it would otherwise lead the job
-back after every adaptation), and after ``MAX_MISSES`` such configurations only measured ones are
+overrated the miss (``_trial``), and the trigger's picks are discounted alike (``_overrates``).
+A configuration the guard left stays barred for ``veto_windows`` windows, adaptations included
+(a predictor that keeps overrating it would otherwise lead the job back after every
+adaptation), and after ``MAX_MISSES`` such configurations only measured ones are
 switched to until conditions change (a model far off keeps finding a new neighbour to overrate). A
 model-led move to an unmeasured configuration must also fit the exploration budget
 (``explore_share`` of the time trained, see ``_unaffordable``), and from a measured scheduled one
@@ -510,6 +511,12 @@ class TuningLoop:
                     there <= here * (1.0 + self.noise_band):
                 why = (f"measured {there:.1f} samples/s, not above the {here:.1f} in force "
                        "beyond the noise band")
+            if not why and verdict.action == "switch" and there is None and \
+                    verdict.gain is not None and \
+                    self._overrates(1.0 + verdict.gain):
+                why = (f"the model's {verdict.gain:+.1%}, discounted by how far it overrated "
+                       f"a pick that missed here ({self._overrated:.2f} of its ranking "
+                       "measured), is no gain")
             if why:
                 barred = verdict = Verdict("stay", self.current, f"guard: not switching to "
                                            f"{verdict.config.describe()}, {why}", verdict.gain,
@@ -659,10 +666,15 @@ class TuningLoop:
         if self.explore_share is None:
             return None
         best = self._best_untried(candidates)
-        if best is not None and self._misses and \
-                (best.predicted or 0.0) * self._overrated <= (predicted_native or math.inf):
+        if best is not None and self._overrates(
+                (best.predicted or 0.0) / predicted_native if predicted_native else 0.0):
             return None
         return best
+
+    def _overrates(self, ratio: float) -> bool:
+        """After a miss under these conditions: a model's ranking of ``ratio`` over the
+        configuration in force, discounted by how far it overrated that miss, is no gain."""
+        return bool(self._misses) and ratio * self._overrated <= 1.0
 
     def _best_untried(self, candidates: Sequence[Candidate], *,
                       budget: bool = True) -> Candidate | None:
