@@ -199,6 +199,8 @@ def main() -> int:
     ap.add_argument("--hard", action="store_true",
                     help="--kill-server-at sends SIGKILL, not SIGSTOP")
     ap.add_argument("--partition-on-rank1", default=None, help="misconfigure rank 1")
+    ap.add_argument("--window-on-rank1", type=int, default=None,
+                    help="give rank 1 windows of this many steps")
     ap.add_argument("--checks", action="store_true", help="API and misuse checks after training")
     ap.add_argument("--states-at", type=int, default=-1,
                     help="after this step, save the optimizer state and load it halved")
@@ -237,8 +239,10 @@ def main() -> int:
     rank = int(os.environ["DMLC_WORKER_ID"])
     if a.kv == "autobyte":
         part = a.partition_on_rank1 if rank == 1 and a.partition_on_rank1 else a.partition
+        window = a.window_on_rank1 if rank == 1 else None
         opts = {k: v for k, v in (("partition_bytes", part), ("credit_bytes", a.credit),
-                                  ("scheduling", a.scheduling)) if v is not None}
+                                  ("scheduling", a.scheduling), ("window_steps", window))
+                if v is not None}
         kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a),
                                   sample_every=a.sample_every, **opts)
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env

@@ -377,9 +377,13 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     assert summary["stats_cost_s"] >= 0
 
 
-def test_workers_disagreeing_on_config_fail_clearly(tmp_path: Path) -> None:
-    job = run_job(tmp_path, *MLP, "--partition", "64KiB", "--partition-on-rank1", "8KiB",
-                  timeout=60)
+@pytest.mark.parametrize("misconfigured", [["--partition-on-rank1", "8KiB"],
+                                          ["--window-on-rank1", "3"]])
+def test_workers_disagreeing_on_config_fail_clearly(tmp_path: Path,
+                                                   misconfigured: list[str]) -> None:
+    """Another partition size, or another window (the workers agree at window boundaries,
+    so they would wait for each other's control key): both fail at the first exchange."""
+    job = run_job(tmp_path, *MLP, "--partition", "64KiB", *misconfigured, timeout=60)
     assert not job.result.ok and not job.result.timed_out
     text = job.output("worker0") + job.output("worker1")
     assert "workers disagree on the AutoByte configuration" in text
