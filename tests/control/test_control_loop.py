@@ -25,11 +25,11 @@ SPEED = {knobs(A): 100.0, knobs(B): 150.0, knobs(C): 80.0}
 
 
 def _run(loop: TuningLoop, windows: int, speed: dict[tuple[int, int, bool], float] = SPEED,
-         end_step: int = 0) -> list[tuple[int, Config]]:
+         end_step: int = 0, start: int = 0) -> list[tuple[int, Config]]:
     """Drive the loop like a job whose workers switch exactly at each decision's step (and
-    know it ends at ``end_step``, 0: unknown)."""
+    know it ends at ``end_step``, 0: unknown), from window ``start`` to ``windows``."""
     current, pending, applied = loop.current, None, []
-    for w in range(windows):
+    for w in range(start, windows):
         first = w * 10
         if pending is not None and first >= pending.step:
             current, pending = pending.config, None
@@ -695,13 +695,7 @@ def test_after_a_miss_a_pick_ranked_far_enough_above_native_is_still_tried() -> 
         applied = _run(loop, 100, measured)
         assert [knobs(c) for _, c in applied] == [knobs(B), NATIVE], applied
         tuner._predictions[knobs(C)] = ranked  # type: ignore[index]  # adapted to the miss
-        current, pending = loop.current, None
-        for w in range(100, 400):
-            if pending is not None and w * 10 >= pending.step:
-                current, pending = pending.config, None
-                applied.append((w * 10, current))
-            pending = loop.on_observation(observation(current, measured[knobs(current)],
-                                                      w * 10)) or pending
+        applied += _run(loop, 400, measured, start=100)
         assert [knobs(c) for _, c in applied] == tried, [c.describe() for _, c in applied]
 
 
@@ -719,13 +713,7 @@ def test_after_a_miss_the_triggers_pick_is_discounted_too() -> None:
         applied = _run(loop, 40, measured)
         assert [knobs(c) for _, c in applied] == [knobs(B), NATIVE], applied
         tuner._predictions.update({knobs(B): 90.0, knobs(C): ranked})  # type: ignore[attr-defined]
-        current, pending = loop.current, None
-        for w in range(40, 200):
-            if pending is not None and w * 10 >= pending.step:
-                current, pending = pending.config, None
-                applied.append((w * 10, current))
-            pending = loop.on_observation(observation(current, measured[knobs(current)],
-                                                      w * 10)) or pending
+        applied += _run(loop, 200, measured, start=40)
         assert [knobs(c) for _, c in applied] == tried, [c.describe() for _, c in applied]
 
 
