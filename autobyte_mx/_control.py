@@ -39,7 +39,7 @@ from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.agreement import Agreed, Agreement
 
-__all__ = ["DECISION_LEAD_STEPS", "ControlKey", "Controller", "agrees_before"]
+__all__ = ["DECISION_LEAD_STEPS", "ControlKey", "Controller"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Controller:
         if new is not None and self._remote.active:
             self._remote.switched(issuer.step, main, expected, same=main is before)
         self._recorder.begin_step(issuer.step, config, self.batch, at=boundary)
-        if agrees_before(issuer.step + 1, config.window_steps):
+        if (issuer.step + 1) % config.window_steps == 0:  # a window's last step agrees
             head = issuer.head_bytes(self._backward_s) if self._rank == 0 else None
             assert self._key is not None
             self._key.send(issuer.step, head_bytes=head, priority=COMM_PRIORITY)
@@ -142,11 +142,6 @@ class Controller:
         tensors = sorted((t for t in self._tensors.values()
                           if expected is None or t.key in expected), key=lambda t: t.layer)
         return [(t.name, t.nbytes) for t in tensors]
-
-
-def agrees_before(step: int, window_steps: int) -> bool:
-    """Whether ``step`` is a window boundary, so the step before it sends the agreement."""
-    return step % window_steps == 0
 
 
 class ControlKey:

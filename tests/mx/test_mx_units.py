@@ -26,7 +26,15 @@ skip_without_mxnet()
 import mxnet as mx  # noqa: E402
 
 from autobyte_mx import _engine  # noqa: E402
-from autobyte_mx._layout import CONTROL_KEY, WHOLE, Groups, Tensor, block_name, pins_for, server_of  # noqa: E402
+from autobyte_mx._layout import (  # noqa: E402
+    CONTROL_KEY,
+    WHOLE,
+    Groups,
+    Tensor,
+    block_name,
+    pins_for,
+    server_of,
+)
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
 
