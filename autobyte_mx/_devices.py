@@ -1,7 +1,9 @@
 """The arrays of each key, one per device of this worker, as MXNet's kvstores take them.
 
 Several devices per worker: their gradients are summed on the worker before anything is sent,
-as ``dist_sync`` does (its CommCPU reduce), and every device gets the result back.
+as ``dist_sync`` does (its CommCPU reduce), and every device gets the result back. On the
+native path with the optimizer on the servers the native store itself does both (``_issue``);
+blocks of AutoByte's own buffers take ``local_sum``.
 
 The sum is an engine op of AutoByte's own (numpy on the arrays' host memory), not MXNet's
 ``add_n``: ``add_n`` takes a temp-space resource, and another op queued on that resource (the
@@ -22,7 +24,7 @@ from autobyte_mx import _engine
 from autobyte_mx._layout import Tensor
 from common.errors import ConfigError, UnsupportedError
 
-__all__ = ["DeviceSum", "check_dense", "local_sum", "outs", "pairs"]
+__all__ = ["DeviceSum", "check_dense", "check_values", "local_sum", "outs", "pairs"]
 
 
 def pairs(key: Any, value: Any) -> tuple[list[Hashable], list[list[Any]]]:
@@ -51,20 +53,30 @@ def check_dense(key: Hashable, value: Any) -> None:
                                "gradients only; use kvstore='dist_sync' for sparse models")
 
 
+def check_values(tensor: Tensor, values: list[Any]) -> None:
+    """Check this worker's gradients of ``tensor`` (one per device) once per set of arrays:
+    the Trainer passes the same arrays every step."""
+    checked = tensor.checked
+    if len(values) == len(checked) and \
+            all(v is c for v, c in zip(values, checked, strict=True)):
+        return
+    for value in values:
+        check_dense(tensor.key, value)
+        if tuple(value.shape) != tensor.shape:
+            raise ConfigError(f"key {tensor.key!r}: value shape {tuple(value.shape)} "
+                              f"differs from the initialised shape {tensor.shape}")
+    tensor.checked = tuple(values)
+    tensor.devices = None
+
+
 def local_sum(tensor: Tensor, values: list[Any], priority: int) -> Any:
-    """This worker's gradient of ``tensor``: with several devices, their sum."""
-    checked = tensor.checked  # the Trainer passes the same arrays every step
-    if len(values) != len(checked) or \
-            any(v is not c for v, c in zip(values, checked, strict=True)):
-        for value in values:
-            check_dense(tensor.key, value)
-            if tuple(value.shape) != tensor.shape:
-                raise ConfigError(f"key {tensor.key!r}: value shape {tuple(value.shape)} "
-                                  f"differs from the initialised shape {tensor.shape}")
-        tensor.checked = tuple(values)
-        tensor.devices = DeviceSum(values, tensor.shape, tensor.dtype) \
-            if len(values) > 1 else None
-    return values[0] if tensor.devices is None else tensor.devices.push(priority)
+    """This worker's gradient of ``tensor`` (``values`` checked): with several devices, their
+    sum, queued now."""
+    if len(values) == 1:
+        return values[0]
+    if tensor.devices is None:
+        tensor.devices = DeviceSum(values, tensor.shape, tensor.dtype)
+    return tensor.devices.push(priority)
 
 
 def _arrays(key: Hashable, value: Any) -> list[Any]:

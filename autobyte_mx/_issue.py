@@ -20,6 +20,7 @@ import mxnet as mx
 from autobyte_mx import _engine
 from autobyte_mx._blocks import block_rows, push_blocks
 from autobyte_mx._compression import Compression
+from autobyte_mx._devices import local_sum
 from autobyte_mx._layout import Group, Groups, Tensor
 from autobyte_mx._pace import Pace
 from autobyte_mx._progress import Progress
@@ -101,14 +102,16 @@ class Issuer:
         if trace:
             self._recorder.chunks(block_rows(trace))
 
-    def issue(self, tensor: Tensor, value: Any, targets: list[Any], priority: int) -> None:
+    def issue(self, tensor: Tensor, values: list[Any], targets: list[Any],
+              priority: int) -> None:
+        """Issue this worker's gradient of ``tensor`` (``values``: one per device)."""
         key = tensor.key
         self.issued.add(key)
         if self._expected is not None and key in self._expected:
             self._missing -= 1
         config = self._config
         if not config.scheduling:
-            self._whole(tensor, value, targets, priority)
+            self._whole(tensor, values, targets, priority)
             return
         group = self._groups.of(tensor, self.main, config)
         if self._remote.active:
@@ -119,9 +122,9 @@ class Issuer:
             order = issue_order(group.layout, head_bytes=config.credit_bytes
                                 if self._head_bytes is None else self._head_bytes)
             rnd = self._rounds[group.gid] = self._sequencer.new_round(group, self.step, order)
-        group.copy_in(member, value)
+        group.copy_in(member, local_sum(tensor, values, priority))
         if self._tuning.sampled(self.step):
-            self._stamp(tensor, value, priority)
+            self._stamp(tensor, values, priority)
         self._close(rnd, rnd.issue(member, targets), priority)
 
     def flush(self, tensor: Tensor | None = None) -> None:
@@ -155,10 +158,12 @@ class Issuer:
     def _pushpull_blocks(self, keys: list[int], arrays: list[Any]) -> None:
         self._transport.exchange(keys, arrays, None, COMM_PRIORITY)
 
-    def _whole(self, tensor: Tensor, value: Any, targets: list[Any], priority: int) -> None:
+    def _whole(self, tensor: Tensor, values: list[Any], targets: list[Any],
+               priority: int) -> None:
         """Scheduling off: one native pushpull of the whole tensor when its gradient is ready
         (no gate). With the optimizer on the server it goes as native sends it, from the
-        caller's gradient into the caller's weight (``direct``). Otherwise it goes from the
+        caller's gradients into the caller's weights (``direct``; the native store sums the
+        devices and copies the result to each). Otherwise it goes from the
         tensor's own buffer: in place on the caller's gradient, native ``dist_sync`` with
         ``update_on_kvstore=False`` lost sums under CPU contention (two MLP jobs at once),
         while pushpulls from AutoByte's buffers matched native bitwise; the copy back is the
@@ -176,25 +181,25 @@ class Issuer:
             self._count(step, 1)
             self._watchdog.started()
             # the stamp goes before the copy into the buffer, so before the transfer's end
-            ready = self._stamp(tensor, value, priority, before=[] if direct else group.arrays)
+            ready = self._stamp(tensor, values, priority, before=[] if direct else group.arrays)
             t0 = clock()
-        if direct:  # native's own path: pushed from the gradient, pulled into the weight
-            done_on = group.views_out(0, targets[0])
-            self._transport.exchange(group.keys, group.views_in(0, value), done_on, priority)
+        if direct:  # native's own path: pushed from the gradients, pulled into the weights
+            done_on = group.views_out(0, targets)
+            self._transport.exchange(group.keys, group.views_in(0, values), done_on, priority)
             tensor.home = None  # the result is in the weight (``RemoteOptimizer.pushed``)
         else:
-            group.copy_in(0, value)
+            group.copy_in(0, local_sum(tensor, values, priority))
             done_on = group.arrays
             if compression is None:
-                outs = group.views_out(0, targets[0]) if targets else group.arrays
+                outs = group.views_out(0, targets[:1]) if targets else group.arrays
                 self._transport.exchange(group.keys, group.arrays, outs, priority)
             else:  # a push, then a pull into the array pushed (below)
                 compression.quantize(group, 0, priority=priority)
                 self._transport.exchange(group.keys, group.arrays, None, priority)
                 group.copy_out(0, targets[:1], mx.nd.concat)
             tensor.home = group
-        for target in targets[1:]:  # the other devices, as the native store broadcasts
-            targets[0].copyto(target)
+            for target in targets[1:]:  # the other devices, as the native store broadcasts
+                targets[0].copyto(target)
         if sampled:
             _engine.push_callback(functools.partial(self._whole_done, step, tensor, t0,
                                                     len(self.issued), ready),
@@ -204,13 +209,13 @@ class Issuer:
             if self._missing == 0:
                 self.flush()  # the step's last tensor: time it now, not at the next step
 
-    def _stamp(self, tensor: Tensor, value: Any, priority: int,
+    def _stamp(self, tensor: Tensor, values: list[Any], priority: int,
                before: Sequence[Any] = ()) -> list[float]:
-        """Note when ``value`` (the gradient) is ready, in an engine callback that runs
-        before any later op writing ``before``; returns the list its time lands in."""
+        """Note when ``values`` (the devices' gradients) are ready, in an engine callback that
+        runs before any later op writing ``before``; returns the list its time lands in."""
         at = [0.0]
         _engine.push_callback(functools.partial(self._ready, self.step, tensor.name, at),
-                              const=[value], mutable=before, priority=priority)
+                              const=values, mutable=before, priority=priority)
         return at
 
     def _count(self, step: int, blocks: int) -> None:

@@ -63,7 +63,7 @@ class Tensor:
     pins: tuple[Pin, ...] = ()  # its elements' servers, with the optimizer on several servers
     pushed: Group | None = None  # the group of its last push (the optimizer on the servers)
     updates: int = 0  # its pushes so far: the servers' update count (the optimizer there)
-    views: dict[tuple[int, int], tuple[Any, list[Any]]] = field(default_factory=dict)
+    views: dict[tuple[int, int], tuple[tuple[Any, ...], list[Any]]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -224,33 +224,38 @@ class Group:
             if value is not None:
                 self.copy_in(member, value)
 
-    def _views(self, member: int, array: Any, role: int) -> list[Any]:
-        """Flat views of ``array`` for the member's slots, cached per array object (one for
-        inputs, ``role`` 0, one for outputs, 1: slicing costs more than the copy's push)."""
+    def _views(self, member: int, arrays: Sequence[Any], role: int) -> list[Any]:
+        """Flat views of ``arrays`` (one per device) for the member's slots, device by device,
+        cached per array objects (one list for inputs, ``role`` 0, one for outputs, 1: slicing
+        costs more than the copy's push)."""
         tensor = self.tensors[member]
         cached = tensor.views.get((self.gid, role))
-        if cached is None or cached[0] is not array:
-            flat = array.reshape((-1,))
+        if cached is None or len(cached[0]) != len(arrays) or \
+                any(a is not b for a, b in zip(cached[0], arrays, strict=True)):
             slots = self.slots[member]
             whole = len(slots) == 1 and slots[0].segment.size == tensor.size
-            views = [flat] if whole else [flat[s.segment.start:s.segment.stop] for s in slots]
-            cached = tensor.views[self.gid, role] = (array, views)
+            views = []
+            for array in arrays:
+                flat = array.reshape((-1,))
+                views += [flat] if whole else [flat[s.segment.start:s.segment.stop]
+                                               for s in slots]
+            cached = tensor.views[self.gid, role] = (tuple(arrays), views)
         return cached[1]
 
     def copy_in(self, member: int, value: Any) -> None:
         """Queue the copies of ``value`` (the member's gradient) into its slots."""
-        for view, slot in zip(self._views(member, value, 0), self.slots[member], strict=True):
+        for view, slot in zip(self._views(member, [value], 0), self.slots[member], strict=True):
             view.copyto(slot.view)
 
-    def views_out(self, member: int, target: Any) -> list[Any]:
-        """``target`` as flat views (cached), one per slot of a member alone in its blocks:
-        what the native store's own copy back needs (its shapes must match)."""
-        return self._views(member, target, 1)
+    def views_out(self, member: int, targets: Sequence[Any]) -> list[Any]:
+        """``targets`` (one per device) as flat views (cached), one per slot of a member alone
+        in its blocks: what the native store's own copy back needs (its shapes must match)."""
+        return self._views(member, targets, 1)
 
-    def views_in(self, member: int, value: Any) -> list[Any]:
-        """``value`` as flat views (cached), one per slot of a member alone in its blocks,
-        pushed as they are."""
-        return self._views(member, value, 0)
+    def views_in(self, member: int, values: Sequence[Any]) -> list[Any]:
+        """``values`` (one per device) as flat views (cached), one per slot of a member alone
+        in its blocks, pushed as they are."""
+        return self._views(member, values, 0)
 
     def copy_out(self, member: int, targets: Sequence[Any], concat: Callable[..., Any]) -> None:
         """Queue the copy of the member's slots into ``targets[0]`` (one op: ``concat`` for
@@ -259,7 +264,7 @@ class Group:
             return
         slots, first = self.slots[member], targets[0]
         if len(slots) == 1:
-            slots[0].view.copyto(self._views(member, first, 1)[0])
+            slots[0].view.copyto(self._views(member, [first], 1)[0])
         else:
             concat(*[s.view for s in slots], dim=0, out=first.reshape((-1,)))
         for target in targets[1:]:

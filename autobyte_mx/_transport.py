@@ -20,26 +20,35 @@ _MAX_CALLS = 4096  # distinct calls kept; more only when the keys and arrays kee
 
 
 class PushPull:
-    """``kv.pushpull(keys, values, out=outs)`` with its arguments converted once."""
+    """``kv.pushpull(keys, values, out=outs)`` with its arguments converted once.
 
-    __slots__ = ("_handle", "_keys", "_n", "_outs", "_values", "arrays")
+    ``values`` and ``outs`` hold one array per key for each device, device by device: the
+    native store sums a key's devices before it sends, as ``dist_sync`` does for a Trainer on
+    several devices, and writes the result into each device's output."""
+
+    __slots__ = ("_handle", "_in", "_out", "arrays")
 
     def __init__(self, kv: Any, keys: Sequence[int], values: Sequence[Any],
                  outs: Sequence[Any]) -> None:
-        if not len(keys) == len(values) == len(outs):
-            raise ValueError(f"{len(keys)} keys need as many values and outputs, got "
-                             f"{len(values)} and {len(outs)}")
+        if not keys or len(values) % len(keys) or len(outs) % len(keys):
+            raise ValueError(f"{len(keys)} keys need as many values and outputs for each "
+                             f"device, got {len(values)} and {len(outs)}")
         self.arrays = (tuple(values), tuple(outs))  # keeps the handles alive
         self._handle = kv.handle
-        self._n = len(keys)
-        self._keys = (ctypes.c_int * self._n)(*keys)
-        self._values = (NDArrayHandle * self._n)(*[a.handle for a in values])
-        self._outs = (NDArrayHandle * self._n)(*[a.handle for a in outs])
+        self._in = _arguments(keys, values)
+        self._out = _arguments(keys, outs)
 
     def __call__(self, priority: int) -> None:
-        check_call(_LIB.MXKVStorePushPull(self._handle, self._n, self._keys, self._n,
-                                          self._keys, self._values, self._outs,
-                                          ctypes.c_int(priority)))
+        (n_in, keys_in, values), (n_out, keys_out, outs) = self._in, self._out
+        check_call(_LIB.MXKVStorePushPull(self._handle, n_in, keys_in, n_out, keys_out,
+                                          values, outs, ctypes.c_int(priority)))
+
+
+def _arguments(keys: Sequence[int], arrays: Sequence[Any]) -> tuple[int, Any, Any]:
+    """The C arguments of ``arrays``, whose keys are ``keys`` repeated device by device."""
+    n = len(arrays)
+    tiled = list(keys) * (n // len(keys))
+    return n, (ctypes.c_int * n)(*tiled), (NDArrayHandle * n)(*[a.handle for a in arrays])
 
 
 class Calls:
@@ -81,7 +90,8 @@ class Transport:
 
     def exchange(self, keys: Sequence[int], values: Sequence[Any],
                  outs: Sequence[Any] | None = None, priority: int = 0) -> None:
-        """Sum ``values`` over workers into ``outs`` (``values`` when None)."""
+        """Sum ``values`` over workers and devices (``PushPull``) into ``outs`` (``values``
+        when None)."""
         outs = values if outs is None else outs
         if not self.compressed:
             self._calls.pushpull(keys, values, outs, priority)

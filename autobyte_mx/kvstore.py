@@ -33,7 +33,7 @@ from mxnet.kvstore import KVStoreBase
 from autobyte_mx._checks import check_environment
 from autobyte_mx._compression import Compression, parse_compression
 from autobyte_mx._control import DECISION_LEAD_STEPS, Controller
-from autobyte_mx._devices import check_dense, local_sum, outs, pairs
+from autobyte_mx._devices import check_dense, check_values, outs, pairs
 from autobyte_mx._issue import COMM_PRIORITY, Issuer
 from autobyte_mx._layout import Group, Groups, Tensors
 from autobyte_mx._progress import Progress
@@ -342,10 +342,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     def _issue(self, key: Hashable, values: list[Any], targets: list[Any],
                priority: int) -> None:
         tensor = self._tensors.of(key)
-        value = local_sum(tensor, values, priority)
+        check_values(tensor, values)
         if self._issuer.begins_step(key):
             self._controller.new_step()
-        self._issuer.issue(tensor, value, targets, priority)
+        self._issuer.issue(tensor, values, targets, priority)
 
     def _quiesce(self) -> None:
         """Send every open block and wait until all issued have finished."""

@@ -1,7 +1,7 @@
 """What AutoByte costs a job that stays on the framework's own path, taken apart.
 
     sudo .venv/bin/python benchmarks/native_cost.py [--framework tensorflow] [--model cnn] \\
-        [--rate 300mbit] [--steps 1325] [--rounds 3]
+        [--rate 300mbit] [--steps 1325] [--rounds 3] [--devices 1]
 
 Four jobs a round on the testbed, in alternating order: the framework alone (``baseline``),
 AutoByte on native with no tuner (``off``: the adapter's native path and its statistics), on
@@ -31,16 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", default="300mbit")
     p.add_argument("--steps", type=int, default=1325)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--devices", type=int, default=1, help="MXNet: CPU contexts per worker")
     p.add_argument("--out", default="runs/native-cost")
     args = p.parse_args(argv)
     if args.steps < 3 * WINDOW or args.rounds < 1:
         p.error(f"--steps must be >= {3 * WINDOW} and --rounds >= 1, got --steps {args.steps} "
                 f"--rounds {args.rounds}")
+    if args.devices < 1 or (args.framework != "mxnet" and args.devices != 1):
+        p.error(f"--devices must be >= 1, and 1 with TensorFlow, got --devices {args.devices}")
+    label = args.model + (f"-{args.devices}dev" if args.devices > 1 else "")
     measured: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
-            spec = JobSpec(f"{kind}-{args.framework[:2]}-{args.model}-{args.rate}-r{r}",
+            spec = JobSpec(f"{kind}-{args.framework[:2]}-{label}-{args.rate}-r{r}",
                            framework=args.framework, model=args.model, steps=args.steps,
+                           devices=args.devices,
                            window=WINDOW, baseline=kind == "baseline",
                            shipped=kind == "shipped", start=NATIVE,
                            tuner="observe" if kind == "observe" else "none")
