@@ -20,7 +20,7 @@ compression keeps exact (``_compression.wire``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import mxnet as mx
@@ -28,9 +28,10 @@ import numpy
 import numpy.typing as npt
 
 from autobyte_mx import _engine
-from autobyte_mx._compression import unwire, wire
+from autobyte_mx._compression import Compression, unwire, wire
+from autobyte_mx._devices import check_dense, check_values
 from autobyte_mx._issue import COMM_PRIORITY, Issuer, clock
-from autobyte_mx._layout import CONTROL_KEY, Groups, Tensor
+from autobyte_mx._layout import CONTROL_KEY, Group, Groups, Tensors
 from autobyte_mx._progress import Progress
 from autobyte_mx._remote import RemoteOptimizer
 from autobyte_mx._stats import StepRecorder
@@ -51,11 +52,11 @@ DECISION_LEAD_STEPS = RUN_AHEAD_STEPS + 2
 
 
 class Controller:
-    """One worker's step boundaries (see the module docstring)."""
+    """One worker's keys and step boundaries (see the module docstring)."""
 
     def __init__(self, agreement: Agreement, *, rank: int, transport: Transport,
                  issuer: Issuer, progress: Progress, watchdog: Watchdog, remote: RemoteOptimizer,
-                 groups: Groups, tensors: Mapping[Hashable, Tensor], recorder: StepRecorder,
+                 groups: Groups, tensors: Tensors, recorder: StepRecorder,
                  tuning: Tuning) -> None:
         self._agreement = agreement
         self._rank = rank
@@ -79,13 +80,56 @@ class Controller:
         """The first exchange has been made (the workers agree)."""
         return self._key is not None
 
-    def handshake(self, kv: Any, threshold: float | None) -> None:
-        """Once, before any key exists: create the control key and compare configurations."""
-        if self._key is not None:
+    def init(self, keys: Sequence[Hashable], values: Sequence[Any],
+             compression: Compression | None) -> None:
+        """Each key starts with a native key of its own (the native layout), holding its
+        value; blocks of fused layouts are made at the step boundary that needs them. The
+        first call first agrees with the other workers (``ControlKey.handshake``)."""
+        if self._key is None:
+            self._key = ControlKey(self._agreement, transport=self._transport,
+                                   threshold=None if compression is None
+                                   else compression.threshold)
+            with self._watchdog.blocking("the first control exchange"):
+                self._key.handshake(self._transport.kv)
+        groups: list[Group] = []
+        for k, v in zip(keys, values, strict=True):
+            check_dense(k, v)
+            if compression is not None:
+                compression.check(k, v.dtype)
+            tensor = self._tensors.add(k, v)
+            group = self._groups.whole(tensor, init=False)
+            group.copy_in(0, v)
+            tensor.home = tensor.whole = group
+            groups.append(group)
+        self.order_changed()
+        self.native_init(groups)
+        for k, v in zip(keys, values, strict=True):
+            self._tensors[k].weight = v
+
+    def native_init(self, groups: list[Group]) -> None:
+        """Create the native keys of ``groups`` (every worker alike)."""
+        keys = [k for g in groups for k in g.keys]
+        if not keys:
             return
-        self._key = ControlKey(self._agreement, transport=self._transport, threshold=threshold)
-        with self._watchdog.blocking("the first control exchange"):
-            self._key.handshake(kv)
+        if self._remote.active:
+            self._remote.initialised(groups)
+        with self._watchdog.blocking("key initialisation"):
+            self._transport.kv.init(keys, [a for g in groups for a in g.arrays])
+
+    def order_changed(self) -> None:
+        self._tensors.order()
+        self._groups.order_changed()
+        self.layers_changed = True
+
+    def issue(self, key: Hashable, values: list[Any], targets: list[Any],
+              priority: int) -> None:
+        """This worker's gradient of ``key`` (one array per device); pushed again, a key
+        begins a step."""
+        tensor = self._tensors.of(key)
+        check_values(tensor, values)
+        if self._issuer.begins_step(key):
+            self.new_step()
+        self._issuer.issue(tensor, values, targets, priority)
 
     def new_step(self) -> None:
         issuer = self._issuer

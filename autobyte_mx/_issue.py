@@ -143,6 +143,23 @@ class Issuer:
                 continue
             self._close(rnd, rnd.flush(), 0)
 
+    def quiesce(self) -> None:
+        """Send every open block and wait until all issued have finished."""
+        self.flush()
+        self._progress.wait(self.step)
+
+    def pull(self, tensor: Tensor, targets: list[Any]) -> None:
+        """Copy the sum ``tensor`` last received into ``targets`` (a block still open with it
+        is sent first)."""
+        self.flush(tensor)
+        home = tensor.home
+        if home is not None:
+            home.copy_out(home.index[tensor.key], targets, mx.nd.concat)
+            return
+        for target in targets:
+            if target is not tensor.weight:
+                tensor.weight.copyto(target)
+
     def _close(self, rnd: Round, blocks: list[int], priority: int) -> None:
         if blocks:
             self._count(rnd.step, len(blocks))  # before the pushes: a block may finish at once

@@ -53,7 +53,13 @@ class RemoteOptimizer:
     def active(self) -> bool:
         return self.optimizer is not None
 
-    def set(self, optimizer: Any) -> None:
+    def set(self, optimizer: Any, *, compressed: bool) -> None:
+        """Run ``optimizer`` on the servers (``compressed``: 2-bit compression is on)."""
+        if compressed:
+            raise UnsupportedError(
+                "AutoByte runs 2-bit gradient compression with the optimizer on the workers "
+                "only (a layout used before gets its server weights back through a push, which "
+                "compression would quantize); create the Trainer with update_on_kvstore=False")
         if not isinstance(optimizer, mx.optimizer.Optimizer):
             raise ConfigError("set_optimizer needs an mxnet.optimizer.Optimizer, got "
                               f"optimizer={optimizer!r}")

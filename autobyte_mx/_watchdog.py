@@ -17,11 +17,15 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
+
+from common.errors import ConfigError
 
 __all__ = ["EXIT_CODE", "PeerWatch", "Watchdog", "established_peers", "watch_peers"]
 
@@ -36,7 +40,7 @@ class Watchdog:
     def __init__(self, timeout_s: float, *, describe: Callable[[], str],
                  on_timeout: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.timeout_s = timeout_s
+        self.timeout_s = _seconds(timeout_s)
         self._describe = describe
         self._on_timeout = on_timeout or _die
         self._clock = clock
@@ -175,3 +179,13 @@ def _die(message: str) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(EXIT_CODE)
+
+
+def _seconds(timeout: Any) -> float:
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value > 0:
+        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={timeout!r}")
+    return value

@@ -1,30 +1,21 @@
 """The 'autobyte' kvstore: ByteScheduler-style scheduling on top of native ``dist_sync``.
 
-``common.plan`` decides the blocks, their order and the credit; this store executes it. The
-tensors pushed every step are laid out as one stream in forward order and cut into blocks
-(small tensors fused, large ones split), each with one AutoByte-owned buffer and one native key
-(``_layout``). ``_issue`` copies each gradient into its blocks and sends each block once it is
-whole, when the scheduler opens its gate, so MXNet's own dependencies stay intact and the next
-forward pass waits per layer. With scheduling off (the native candidate) a tensor goes whole
-under one native key, as native ``dist_sync`` sends it. Several devices per worker are summed
-on the worker first (``_devices``); MXNet's 2-bit compression quantizes each block
-(``_compression``); the optimizer runs on the servers (``_remote``, ``_server``) or on the
-workers, where the Trainer puts it.
-
-A step boundary is where the store learns a step has begun: a key is pushed again. There the
-step agreement (``_control``, ``common.agreement``) applies rank 0's decision on every worker
-at once, and the steps finished since the last boundary go to the tuner (``_tuning``).
+``common.plan`` decides the blocks (small tensors fused, large ones split), their order and the
+credit; this store executes it: ``_layout`` gives each block a buffer and a native key,
+``_issue`` sends a block once it is whole and the scheduler opens its gate, inside MXNet's
+engine, so the next forward pass waits per layer. With scheduling off (the native candidate) a
+tensor goes whole under one native key, as ``dist_sync`` sends it. ``_control`` finds the step
+boundaries (a key pushed again), where every worker applies rank 0's decision at once.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import types
 import weakref
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import mxnet as mx
@@ -33,9 +24,9 @@ from mxnet.kvstore import KVStoreBase
 from autobyte_mx._checks import check_environment
 from autobyte_mx._compression import Compression, parse_compression
 from autobyte_mx._control import DECISION_LEAD_STEPS, Controller
-from autobyte_mx._devices import check_dense, check_values, outs, pairs
+from autobyte_mx._devices import outs, pairs
 from autobyte_mx._issue import COMM_PRIORITY, Issuer
-from autobyte_mx._layout import Group, Groups, Tensors
+from autobyte_mx._layout import Groups, Tensors
 from autobyte_mx._progress import Progress
 from autobyte_mx._remote import RemoteOptimizer
 from autobyte_mx._stats import StepRecorder, StepStats
@@ -44,10 +35,10 @@ from autobyte_mx._tuning import Tuning
 from autobyte_mx._watchdog import Watchdog
 from common.agreement import Agreement
 from common.config import Config
-from common.control import TuningAgent, adapter_options
+from common.control import Tuned, TuningAgent, adapter_options
 from common.errors import ConfigError, UnsupportedError
 from common.plan import START
-from common.stats import TrainingStats, comm_factor
+from common.stats import comm_factor
 
 __all__ = ["AutoByte"]
 
@@ -55,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 @KVStoreBase.register
-class AutoByte(KVStoreBase):  # type: ignore[misc]
+class AutoByte(KVStoreBase, Tuned):  # type: ignore[misc]
     """``mx.kv.create('autobyte')`` or ``AutoByte(partition_bytes=..., credit_bytes=...)``.
 
     Options are ``common.config.Config`` fields (keyword > AUTOBYTE_* > default), or a whole
@@ -96,16 +87,17 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         self._tuning = Tuning(self._agent, config, sample_every=sample_every,
                               link_factor=comm_factor("ps", self._num_workers, self._servers))
         self._recorder = StepRecorder()
-        self._watchdog = Watchdog(config.grace_s if timeout is None else _timeout(timeout),
+        self._watchdog = Watchdog(config.grace_s if timeout is None else timeout,
                                   describe=self._describe)
         self._progress = Progress(self._watchdog)
         self._tensors = Tensors()
         self._groups = Groups(zeros=lambda size, dtype: mx.nd.zeros((size,), dtype=dtype),
-                              init=self._native_init)
+                              init=lambda groups: self._controller.native_init(groups))
         self._remote = RemoteOptimizer(self._transport, rank=self._rank, servers=self._servers,
                                        groups=self._groups, tensors=self._tensors,
                                        watchdog=self._watchdog, settle=self._progress.wait,
-                                       quiesce=self._quiesce, priority=COMM_PRIORITY)
+                                       quiesce=lambda: self._issuer.quiesce(),
+                                       priority=COMM_PRIORITY)
         self._issuer = Issuer(config, transport=self._transport, groups=self._groups,
                               remote=self._remote, recorder=self._recorder,
                               tuning=self._tuning, watchdog=self._watchdog,
@@ -144,13 +136,8 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         must come before the first ``init`` (the Trainer and Module call it so): tensors are
         pinned to servers as they are first laid out.
         """
-        if self._compression is not None:
-            raise UnsupportedError(
-                "AutoByte runs 2-bit gradient compression with the optimizer on the workers "
-                "only (a layout used before gets its server weights back through a push, which "
-                "compression would quantize); create the Trainer with update_on_kvstore=False")
-        self._remote.set(optimizer)
-        self._barrier()  # no worker pushes before the server has it
+        self._remote.set(optimizer, compressed=self._compression is not None)
+        self.barrier()  # no worker pushes before the server has it
 
     def set_gradient_compression(self, compression_params: Any) -> None:
         """MXNet's 2-bit compression, per block with residuals per element
@@ -178,13 +165,10 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """Gluon's Trainer reads the optimizer loaded from a file here."""
         return types.SimpleNamespace(optimizer=self._remote.optimizer)
 
-    def _barrier(self) -> None:
-        with self._watchdog.blocking("a barrier"):
-            self._kv._barrier()
-
     def barrier(self) -> None:
         """Block until every worker reaches this point."""
-        self._barrier()
+        with self._watchdog.blocking("a barrier"):
+            self._kv._barrier()
 
     # -- AutoByte's own API ----------------------------------------------------------------
     @property
@@ -205,11 +189,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         """
         self._agreement.request(config, **changes)
 
-    def expect_steps(self, steps: int) -> None:
-        """The job runs ``steps`` more steps (0: unknown); call it before a loop of known length.
-        Live tuning then starts no try the job ends before it can pay back."""
-        self._agent.expect_steps(steps, step=self.step)
-
     def set_layer_order(self, names: Sequence[str]) -> None:
         """Forward order hint: parameter names (or str(key)) from the input side on.
 
@@ -217,17 +196,7 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         the listed ones, in registration order.
         """
         self._tensors.forward = {str(n): i for i, n in enumerate(names)}
-        self._order_changed()
-
-    @property
-    def tuning(self) -> TuningAgent:
-        """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
-        return self._agent
-
-    def statistics(self) -> TrainingStats:
-        """What this worker measured: steps, the latest window's step time, samples/s and
-        bytes/s, per-layer backward times (what the tuner sees; tuning on or off)."""
-        return self._agent.statistics()
+        self._controller.order_changed()
 
     def step_stats(self) -> list[StepStats]:
         """Statistics of the steps finished since the last call (oldest first; at most the
@@ -269,26 +238,9 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
 
     # -- KVStore data API ------------------------------------------------------------------
     def init(self, key: Any, value: Any) -> None:
-        """Each key starts with a native key of its own (the native layout), holding
-        ``value``; blocks of fused layouts are made at the step boundary that needs them."""
         keys, arrays = pairs(key, value)
-        values = [a[0] for a in arrays]  # several devices start from the same value
-        self._controller.handshake(self._kv, None if self._compression is None
-                                   else self._compression.threshold)
-        groups: list[Group] = []
-        for k, v in zip(keys, values, strict=True):
-            check_dense(k, v)
-            if self._compression is not None:
-                self._compression.check(k, v.dtype)
-            tensor = self._tensors.add(k, v)
-            group = self._groups.whole(tensor, init=False)
-            group.copy_in(0, v)
-            tensor.home = tensor.whole = group
-            groups.append(group)
-        self._order_changed()
-        self._native_init(groups)
-        for k, v in zip(keys, values, strict=True):
-            self._tensors[k].weight = v
+        # several devices start from the same value
+        self._controller.init(keys, [a[0] for a in arrays], self._compression)
 
     def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
         keys, arrays = pairs(key, value)
@@ -304,30 +256,22 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
         keys, arrays = pairs(key, value)
         for k, values, targets in zip(keys, arrays, arrays if out is None else outs(keys, out),
                                       strict=True):
-            self._issue(k, values, targets, priority)
+            self._controller.issue(k, values, targets, priority)
 
     def push(self, key: Any, value: Any, priority: int = 0) -> None:
         """Send a gradient; a later ``pull`` returns the sum over workers."""
         keys, arrays = pairs(key, value)
         for k, values in zip(keys, arrays, strict=True):
-            self._issue(k, values, [], priority)
+            self._controller.issue(k, values, [], priority)
 
     def pull(self, key: Any, out: Any = None, priority: int = 0,
              ignore_sparse: bool = True) -> None:
-        """The sum a key last received (a block still open with it is sent first). A whole
-        tensor's buffer holds it also after a pushpull into another output: native
-        ``dist_sync`` receives the sum into the array it pushed, then copies it to ``out``."""
+        """The sum a key last received. A whole tensor's buffer holds it also after a
+        pushpull into another output: native ``dist_sync`` receives the sum into the array it
+        pushed, then copies it to ``out``."""
         keys = list(key) if isinstance(key, (list, tuple)) else [key]
         for k, targets in zip(keys, outs(keys, out), strict=True):
-            tensor = self._tensors.of(k)
-            self._issuer.flush(tensor)
-            home = tensor.home
-            if home is not None:
-                home.copy_out(home.index[tensor.key], targets, mx.nd.concat)
-                continue
-            for target in targets:
-                if target is not tensor.weight:
-                    tensor.weight.copyto(target)
+            self._issuer.pull(self._tensors.of(k), targets)
 
     def row_sparse_pull(self, key: Any, out: Any = None, priority: int = 0,
                         row_ids: Any = None) -> None:
@@ -337,35 +281,6 @@ class AutoByte(KVStoreBase):  # type: ignore[misc]
     @property
     def _kv(self) -> Any:
         return self._transport.kv
-
-    # -- internals: steps ------------------------------------------------------------------
-    def _issue(self, key: Hashable, values: list[Any], targets: list[Any],
-               priority: int) -> None:
-        tensor = self._tensors.of(key)
-        check_values(tensor, values)
-        if self._issuer.begins_step(key):
-            self._controller.new_step()
-        self._issuer.issue(tensor, values, targets, priority)
-
-    def _quiesce(self) -> None:
-        """Send every open block and wait until all issued have finished."""
-        self._issuer.flush()
-        self._progress.wait(self._issuer.step)
-
-    # -- internals: tensors and layouts ------------------------------------------------------
-    def _order_changed(self) -> None:
-        self._tensors.order()
-        self._groups.order_changed()
-        self._controller.layers_changed = True
-
-    def _native_init(self, groups: list[Group]) -> None:
-        keys = [k for g in groups for k in g.keys]
-        if not keys:
-            return
-        if self._remote.active:
-            self._remote.initialised(groups)
-        with self._watchdog.blocking("key initialisation"):
-            self._kv.init(keys, [a for g in groups for a in g.arrays])
 
     def _describe(self) -> str:
         peers = self._agent.peers()
@@ -378,15 +293,3 @@ def _close_at_exit(ref: weakref.ref[AutoByte]) -> None:
     store = ref()
     if store is not None:
         store.close()
-
-
-def _timeout(timeout: Any) -> float:
-    try:
-        value = float(timeout)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not value > 0:
-        raise ConfigError(f"timeout must be a number of seconds > 0, got timeout={timeout!r}")
-    return value
-
-

@@ -44,10 +44,9 @@ from autobyte_tf._control import Controller, SteppedFunction, decision_lead
 from autobyte_tf._stats import ReadyTimes
 from autobyte_tf._transport import AutoByteAllReduce, after, gated_stamp
 from common.config import Config
-from common.control import TuningAgent, adapter_options
+from common.control import Tuned, TuningAgent, adapter_options
 from common.errors import ConfigError
 from common.plan import START
-from common.stats import TrainingStats
 from common.units import parse_rate
 
 __all__ = ["AutoByteStrategy"]
@@ -61,7 +60,7 @@ _KEY_BASE_STRIDE = 10_000
 DEFAULT_BANDWIDTH = "1gbit"
 
 
-class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: ignore[misc]
+class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # type: ignore[misc]
     """MWMS whose gradients are all-reduced in chunks, planned, with a bounded window.
 
     Knobs: ``config`` (a ``common.config.Config``) and/or its fields as keywords
@@ -173,24 +172,9 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy):  # type: igno
         """
         self._controller.reconfigure(config, **changes)
 
-    def expect_steps(self, steps: int) -> None:
-        """The job runs ``steps`` more steps (0: unknown); ``model.fit`` tells it itself.
-        Live tuning then starts no try the job ends before it can pay back."""
-        self._agent.expect_steps(steps, step=self.step)
-
-    @property
-    def tuning(self) -> TuningAgent:
-        """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
-        return self._agent
-
     def close(self) -> None:
         """Stop live tuning (its threads are daemons and this also runs at exit)."""
         self._agent.close()
-
-    def statistics(self) -> TrainingStats:
-        """What this worker measured: steps, the latest window's step time, samples/s and
-        bytes/s, per-layer backward times (what the tuner sees; tuning on or off)."""
-        return self._agent.statistics()
 
     def function(self, fn: Callable[..., Any], *, jit_compile: bool | None = None,
                  **tf_function_options: Any) -> Callable[..., Any]:

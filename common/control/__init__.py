@@ -38,6 +38,7 @@ process alive at exit.
 from common.control._agent import (
     CONTROL_ENDPOINT_ENV,
     COORDINATOR_ENV,
+    Tuned,
     TuningAgent,
     adapter_options,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "Decision",
     "Message",
     "Signer",
+    "Tuned",
     "TunerLike",
     "TuningAgent",
     "TuningLoop",

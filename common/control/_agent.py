@@ -42,7 +42,7 @@ from common.errors import ConfigError
 from common.stats import StatsCollector, TrainingStats, Window
 from common.trigger import Trigger
 
-__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "TuningAgent", "adapter_options"]
+__all__ = ["CONTROL_ENDPOINT_ENV", "COORDINATOR_ENV", "Tuned", "TuningAgent", "adapter_options"]
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +293,32 @@ class TuningAgent:
         self.why_disabled = why
         log.warning("live tuning is off on worker %d: %s; training uses %s", self.rank, why,
                     self._config.describe())
+
+
+class Tuned:
+    """The tuning surface both adapters share, over their ``_agent`` and ``step``."""
+
+    _agent: TuningAgent
+
+    @property
+    def step(self) -> int:
+        """Steps run so far (each adapter counts its own)."""
+        raise NotImplementedError
+
+    @property
+    def tuning(self) -> TuningAgent:
+        """The live-tuning agent (``enabled``, ``why_disabled``, ``coordinator``)."""
+        return self._agent
+
+    def statistics(self) -> TrainingStats:
+        """What this worker measured: steps, the latest window's step time, samples/s and
+        bytes/s, per-layer backward times (what the tuner sees; tuning on or off)."""
+        return self._agent.statistics()
+
+    def expect_steps(self, steps: int) -> None:
+        """The job runs ``steps`` more steps (0: unknown; ``model.fit`` tells it itself): live
+        tuning then starts no try the job ends before it can pay back."""
+        self._agent.expect_steps(steps, step=self.step)
 
 
 def adapter_options(tuning: Mapping[str, Any] | None) -> dict[str, Any]:
