@@ -304,6 +304,13 @@ def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
     calls.pushpull([5, 6], [a * 2, b * 3], [a, out], 0)  # new sources under the same keys
     assert a.asnumpy().tolist() == [0, 2, 4, 6] and (out.asnumpy() == 3).all()
     assert (c.asnumpy() == 7).all()
+    # two devices: the store sums them and writes the result into each device's output
+    d0, d1, o0, o1 = mx.nd.ones((2, 3)), mx.nd.full((2, 3), 2.0), mx.nd.zeros((2, 3)), \
+        mx.nd.zeros((2, 3))
+    e0, e1, p0, p1 = mx.nd.ones((4,)), mx.nd.ones((4,)), mx.nd.zeros((4,)), mx.nd.zeros((4,))
+    calls.pushpull([6, 5], [d0, e0, d1, e1], [o0, p0, o1, p1], 0)
+    assert all((o.asnumpy() == 3).all() for o in (o0, o1))
+    assert all((p.asnumpy() == 2).all() for p in (p0, p1))
     with pytest.raises(ValueError, match="2 keys need as many"):
         calls.pushpull([7, 8], [a], [a], 0)
     calls.close()
