@@ -21,7 +21,7 @@ import mxnet as mx
 import numpy
 
 from autobyte_mx import _engine
-from autobyte_mx._layout import Tensor
+from autobyte_mx._layout import Tensor, same
 from common.errors import ConfigError, UnsupportedError
 
 __all__ = ["DeviceSum", "check_dense", "check_values", "local_sum", "outs", "pairs"]
@@ -56,9 +56,7 @@ def check_dense(key: Hashable, value: Any) -> None:
 def check_values(tensor: Tensor, values: list[Any]) -> None:
     """Check this worker's gradients of ``tensor`` (one per device) once per set of arrays:
     the Trainer passes the same arrays every step."""
-    checked = tensor.checked
-    if len(values) == len(checked) and \
-            all(v is c for v, c in zip(values, checked, strict=True)):
+    if same(tensor.checked, values):
         return
     for value in values:
         check_dense(tensor.key, value)

@@ -33,7 +33,7 @@ from common.errors import ConfigError
 from common.plan import Block, Layout, Pin, Segment, TensorSpec, make_layout
 
 __all__ = ["CONTROL_KEY", "WHOLE", "Buffer", "Group", "Groups", "Slot", "Tensor", "Tensors",
-           "block_name", "layout_id", "pins_for", "server_of"]
+           "block_name", "layout_id", "pins_for", "same", "server_of"]
 
 CONTROL_KEY = 0
 WHOLE = 0  # layout id of "each tensor whole, one key each" (scheduling off)
@@ -230,8 +230,7 @@ class Group:
         costs more than the copy's push)."""
         tensor = self.tensors[member]
         cached = tensor.views.get((self.gid, role))
-        if cached is None or len(cached[0]) != len(arrays) or \
-                any(a is not b for a, b in zip(cached[0], arrays, strict=True)):
+        if cached is None or not same(cached[0], arrays):
             slots = self.slots[member]
             whole = len(slots) == 1 and slots[0].segment.size == tensor.size
             views = []
@@ -364,3 +363,8 @@ class Groups:
 
 
 _NATIVE = Config(scheduling=False)
+
+
+def same(kept: Sequence[Any], given: Sequence[Any]) -> bool:
+    """``given`` holds the very arrays of ``kept`` (the Trainer passes the same every step)."""
+    return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))

@@ -14,6 +14,8 @@ from typing import Any
 
 from mxnet.base import _LIB, NDArrayHandle, check_call
 
+from autobyte_mx._layout import same
+
 __all__ = ["Calls", "PushPull", "Transport"]
 
 _MAX_CALLS = 4096  # distinct calls kept; more only when the keys and arrays keep changing
@@ -68,7 +70,7 @@ class Calls:
         """Sum ``values`` over workers into ``outs`` (``values`` again for in place)."""
         index = tuple(keys)
         call = self._calls.get(index)
-        if call is None or not _same(call.arrays[0], values) or not _same(call.arrays[1], outs):
+        if call is None or not same(call.arrays[0], values) or not same(call.arrays[1], outs):
             if self._kv is None:
                 raise RuntimeError("the kvstore is closed")
             if len(self._calls) >= _MAX_CALLS:
@@ -104,7 +106,3 @@ class Transport:
         must run before Python tears down, or ps-lite aborts the process."""
         self._calls.close()
         self.kv = None
-
-
-def _same(kept: tuple[Any, ...], given: Sequence[Any]) -> bool:
-    return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))
