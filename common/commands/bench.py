@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import platform
 import sys
@@ -37,6 +38,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the reduced version (one model, two rates, shorter jobs)")
     p.add_argument("--out", default="runs/bench", help="folder for CSV, PNG, logs (runs/bench)")
+    p.add_argument("--frameworks", default="tensorflow,mxnet",
+                   help="comma-separated, of tensorflow and mxnet (both)")
     p.set_defaults(func=_run)
 
 
@@ -60,7 +63,11 @@ def _run(args: argparse.Namespace) -> int:
     if any(n in TESTBED for n in names) and os.geteuid() != 0:
         print("autobyte bench: not root, so the testbed is loopback without shaping: the rates "
               "below are not applied and the comparison says little about networks")
-    plan = Plan.make(args.quick, out)
+    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+    if not frameworks or set(frameworks) - {"tensorflow", "mxnet"}:
+        raise AutoByteError(f"--frameworks must name tensorflow and/or mxnet, got "
+                            f"--frameworks {args.frameworks!r}")
+    plan = dataclasses.replace(Plan.make(args.quick, out), frameworks=frameworks)
     started = time.perf_counter()
     summary = [f"# AutoByte evaluation ({'quick' if args.quick else 'full'})", "",
                f"{time.strftime('%Y-%m-%d %H:%M')} on {_machine()}; "

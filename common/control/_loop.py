@@ -66,7 +66,9 @@ gain. The decision log says when the guard acted.
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
 the trigger may not ask the predictor to adapt yet (its cooldown), so no stale measurement
-lures the job back.
+lures the job back. They are kept aside (``_conditions.Memory``): when the speed in force
+matches what it ran at under conditions seen before, their measurements come back and the
+guard goes to the fastest of them at once, instead of measuring native and probing again.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features of each window decided on,
@@ -87,6 +89,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from common.config import Config
+from common.control._conditions import Conditions, Memory
 from common.control._decision import Decision
 from common.decision_log import DecisionLog
 from common.errors import ConfigError
@@ -156,6 +159,10 @@ class TuningLoop:
         self.trained_s = 0.0
         self._since_s = 0.0  # trained_s when the conditions last changed
         self._changed = False  # whether they changed in this job
+        self._memory = Memory()  # what was measured under conditions the job left
+        self._expect_s = 0.0  # how long the conditions in force held the last time (recalled)
+        self._returning = False  # recalled conditions: go to their best measured at once
+        self._settling = False  # the window that showed a change: neither measured nor decided
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
             raise ConfigError(f"noise_band must be in [0, 1) and guard_windows >= 1, got "
                               f"noise_band={noise_band!r}, guard_windows={guard_windows!r}")
@@ -210,6 +217,7 @@ class TuningLoop:
         self.trained_s += obs.steps * obs.step_time_s + obs.warmup_s
         self._window_s, self._step_s = obs.steps * obs.step_time_s, obs.step_time_s
         self._last_step, self._end_step = obs.last_step, obs.end_step
+        self._check_conditions(obs)
         self._account(obs)
         if self._first_cost is None:
             self._first_cost = max(0.0, obs.warmup_s - obs.warmup_steps * obs.step_time_s)
@@ -245,6 +253,10 @@ class TuningLoop:
             log.warning("workers report %s but the coordinator expected %s; following them",
                         obs.config.describe(), self.current.describe())
             self.current = obs.config
+        if self._settling:
+            self.log.write("window", {**record, "action": "wait", "reason": "conditions "
+                                      "changed: the next window shows where they settle"})
+            return None
         if not latest:
             self._remember(obs)
             self.log.write("window", {**record, "action": "behind", "reason": why or
@@ -260,7 +272,6 @@ class TuningLoop:
             return None
         self._decided_at = self.trained_s
         self._call("observe_window", obs)
-        self._check_conditions(obs)
         predicted_current = self._predict_current(obs)
         self._remember(obs)
         candidates = self._candidates(obs)
@@ -309,9 +320,10 @@ class TuningLoop:
         """How long a switch's gain is expected to last: to the job's end (``left_s``) while
         its conditions have held since it started; once they have changed, or when no worker
         knows where the job ends, as long again as the conditions in force have lasted (a
-        link that alternates every few seconds pays for no retrace), never past the end."""
+        link that alternates every few seconds pays for no retrace), or as long as they held
+        the last time when they came back and that is longer, never past the end."""
         if self._changed or math.isinf(self.left_s):
-            return min(self.lasted_s, self.left_s)
+            return min(max(self.lasted_s, self._expect_s), self.left_s)
         return self.left_s
 
     @property
@@ -389,19 +401,26 @@ class TuningLoop:
         """A configuration running ``CHANGED`` times faster or slower than this job measured
         it means the conditions changed (a link rate): every speed measured before describes
         another job, so it goes, with the trigger's memory and the tuner's observations,
-        whether or not the predictor may adapt yet."""
+        whether or not the predictor may adapt yet. What it measured is kept (``Memory``).
+        The window that shows the change may hold steps of both conditions, so it is neither
+        measured nor decided on (``_settling``); the next one tells whether the conditions are
+        ones seen before (``_recall``)."""
+        if self._settling:
+            self._settling = False
+            self._recall(obs)
+            return
         past = self.measured(obs.config)
         if past is None or past <= 0 or 1 / CHANGED <= obs.speed / past <= CHANGED:
             return
-        self._history.clear()
-        self._vetoed.clear()
+        self._memory.leave(Conditions(
+            history=self._history, vetoed=self._vetoed, probed=self._probed,
+            climbed=self._climbed, climb_s=self._climb_s, misses=self._misses,
+            overrated=self._overrated, lasted_s=self.lasted_s - obs.steps * obs.step_time_s))
+        self._history, self._vetoed, self._climbed = {}, {}, set()
+        self._probed, self._climb_s, self._misses, self._overrated = False, 0.0, 0, 1.0
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
-        self._changed = True
-        self._probed = False
-        self._climbed.clear()
-        self._climb_s = 0.0
-        self._misses = 0
-        self._overrated = 1.0
+        self._changed, self._settling, self._expect_s = True, True, 0.0
+        self._explored_from = None  # a try across the change cannot be judged
         self._recheck_every = None
         self._recheck_fresh = False
         self.trigger.reset()
@@ -409,6 +428,22 @@ class TuningLoop:
         self.log.write("event", {"event": "conditions_changed", "config": obs.config,
                                  "speed": obs.speed, "measured_before": past,
                                  "reason": "measurements cleared"})
+
+    def _recall(self, obs: Observation) -> None:
+        """After a change: when ``obs`` ran as its configuration did under conditions the job
+        left, they are back: their measurements are restored, and the guard goes to the
+        fastest of them at its next decision (``_go_back``)."""
+        back = self._memory.recall(knobs(obs.config), obs.speed)
+        if back is None:
+            return
+        self._history, self._vetoed, self._climbed = back.history, back.vetoed, back.climbed
+        self._probed, self._climb_s = back.probed, back.climb_s
+        self._misses, self._overrated = back.misses, back.overrated
+        self._expect_s, self._returning = back.lasted_s, True
+        self.log.write("event", {"event": "conditions_recalled", "config": obs.config,
+                                 "speed": obs.speed, "reason": f"conditions seen before "
+                                 f"({len(back.history)} configurations measured, held "
+                                 f"{back.lasted_s:.1f} s): their measurements restored"})
 
     @property
     def native(self) -> Config:
@@ -420,6 +455,13 @@ class TuningLoop:
         the trigger's verdict."""
         self._windows += 1
         native = self.measured(self.native)
+        if self._returning:
+            self._returning = False
+            best = self._go_back(native)
+            if best is not None:
+                return Verdict("switch", best, f"guard: conditions seen before; "
+                               f"{best.describe()} measured fastest under them: back to it",
+                               verdict.gain, verdict.error, verdict.adapt)
         left = self._explored_from
         cheap = self.switch_cost_s <= self.guard_budget * self.trained_s
         if not self.current.scheduling:
@@ -556,6 +598,18 @@ class TuningLoop:
                            verdict.error, verdict.adapt)
         return barred
 
+    def _go_back(self, native: float | None) -> Config | None:
+        """Under conditions seen before: the fastest configuration measured under them, when
+        faster than the one in force beyond ``noise_band`` (native as ``_best_measured``
+        decides it), or None."""
+        here = self.measured(self.current)
+        if native is None or here is None:
+            return None
+        best, speed = self._best_measured(native)
+        if knobs(best) == knobs(self.current) or speed <= here * (1 + self.noise_band):
+            return None
+        return best
+
     def _recheck_interval(self) -> float:
         return self._recheck_every or max(RECHECK_S, RECHECK_WINDOWS * self._window_s)
 
@@ -585,7 +639,8 @@ class TuningLoop:
                    key=lambda cs: cs[1], default=None)
         if best is not None and best[1] > native * (1 + self.noise_band):
             return self.current.replace(partition_bytes=best[0].partition_bytes,
-                                        credit_bytes=best[0].credit_bytes), best[1]
+                                        credit_bytes=best[0].credit_bytes,
+                                        scheduling=True), best[1]
         return self.native, native
 
     def _climb(self, native: float | None) -> Config | None:
@@ -791,6 +846,8 @@ class TuningLoop:
         window, in which everything warms up beyond the steps it marks as warm-up (MXNet
         MobileNetV2: 100 samples/s there, 150-167 after, so the start looked slower than
         native)."""
+        if self._settling:
+            return
         key = knobs(obs.config)
         self._configs[key] = obs.config
         if not obs.config.scheduling:

@@ -334,6 +334,8 @@ def test_guard_measures_native_again_after_conditions_change() -> None:
     assert loop.measured(native) == 90.0
     slow = SPEED[knobs(current)] / 4  # a fourfold drop: conditions changed
     loop.on_observation(observation(current, slow, 200))
+    assert loop.measured(native) is None and loop.measured(current) is None  # a mixed window
+    loop.on_observation(observation(current, slow, 210))
     assert loop.measured(native) is None and loop.measured(current) == slow
     loop.current = B
     verdict = loop._guard(Verdict("stay", loop.current, "nothing better"))
@@ -392,7 +394,9 @@ def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
     others = [c for c in (A, B, C) if knobs(c) != knobs(current)]
     assert any(loop.measured(c) is not None for c in others)
     loop.on_observation(observation(current, SPEED[knobs(current)] / 5, 100))
-    assert all(loop.measured(c) is None for c in others)  # measured under other conditions
+    assert all(loop.measured(c) is None for c in (A, B, C))  # measured under other conditions
+    loop.on_observation(observation(current, SPEED[knobs(current)] / 5, 110))
+    assert all(loop.measured(c) is None for c in others)
     assert loop.measured(current) == SPEED[knobs(current)] / 5
     events = [r for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "conditions_changed"]
     assert len(events) == 1 and events[0]["reason"] == "measurements cleared"
@@ -1003,3 +1007,39 @@ def test_a_small_real_gain_survives_its_checks_which_grow_apart(tmp_path: Path) 
 def test_a_large_gain_is_not_checked_again(tmp_path: Path) -> None:
     switches, _ = _phased(lambda c, w: 150.0 if c.scheduling else 100.0, 120, tmp_path)
     assert [knobs(c) for _, c in switches] == [knobs(B)], switches
+
+
+def test_conditions_seen_before_bring_back_their_measurements_and_their_best(
+        tmp_path: Path) -> None:
+    """A link alternating every 30 windows: on the fast one native is best (B 0.9x), on the
+    slow one B (1.25x). Each is found once; when one comes back, the job goes straight to
+    what it measured best there, without measuring native or probing again."""
+    def speed(config: Config, w: int) -> float:
+        fast = (w // 30) % 2 == 0
+        if not config.scheduling:
+            return 100.0 if fast else 20.0
+        return 90.0 if fast else 25.0
+
+    switches, reasons = _phased(speed, 150, tmp_path)
+    configs = [knobs(c) for _, c in switches]
+    assert configs == [knobs(B), NATIVE, knobs(B), NATIVE, knobs(B), NATIVE], switches
+    phases = [w // 30 for w, _ in switches]
+    assert phases == [0, 0, 1, 2, 3, 4], switches
+    assert all(w % 30 <= 3 for w, _ in switches[3:]), switches  # at the first decision
+    assert sum("conditions seen before" in r for r in reasons) == 3, reasons
+    events = [r["event"] for r in read_log(tmp_path / "d.jsonl")
+              if r.get("event", "").startswith("conditions_")]
+    assert events == ["conditions_changed"] + ["conditions_changed", "conditions_recalled"] * 3
+
+
+def test_conditions_not_seen_before_start_afresh() -> None:
+    """Three link rates: the third matches neither remembered set, so its measurements start
+    empty; the first comes back with its own."""
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 100), trigger=ThresholdTrigger(),
+                      guard=False)
+    for w, speed in enumerate([100.0] * 5 + [20.0] * 5 + [4.0] * 5 + [100.0] * 2):
+        loop.on_observation(observation(A, speed, 10 * w))
+        if w == 14:
+            assert loop._history[knobs(A)] and loop.measured(A) == 4.0
+    assert loop.measured(A) == 100.0  # its four windows came back (only the last five kept)
+    assert len(loop._history[knobs(A)]) == 5 and len(loop._memory) == 2

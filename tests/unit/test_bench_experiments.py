@@ -75,3 +75,41 @@ def test_table_and_csv_hold_every_column(tmp_path: Path) -> None:
     with (tmp_path / "t.csv").open() as f:
         back = list(csv.DictReader(f))
     assert back == [{"a": "1.23456", "b": "x", "c": ""}, {"a": "2.0", "b": "", "c": "3"}]
+
+
+def test_dynamic_runs_every_framework_with_bo_tuned_at_the_first_rate(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from common.bench import _experiments
+
+    plan = Plan(out=tmp_path, frameworks=("tensorflow", "mxnet"))
+    best = {"tensorflow": (4096 * K, 4096 * K), "mxnet": (64 * K, 256 * K)}
+    grids: list[tuple[str, str]] = []
+
+    def grid(plan_: Plan, framework: str, model: str, rate: str) -> tuple[None, dict[str, float]]:
+        grids.append((framework, rate))
+        return None, _measured(plan_, best[framework])
+
+    launched: list[JobSpec] = []
+
+    def run_jobs(specs: list[JobSpec], *, rate: str, rate_changes: list[tuple[int, str]],
+                 out: Path) -> list[JobRun]:
+        (spec,) = specs
+        launched.append(spec)
+        assert rate == "1gbit" and rate_changes[:2] == [(20, "100mbit"), (40, "1gbit")]
+        speed = 200.0 if spec.shipped else 100.0
+        windows = [Window(s + 1, s + spec.window, speed, speed, 0.0, "native", rate)
+                   for s in range(0, spec.steps, spec.window)]
+        return [JobRun(spec, windows, 1.0, None)]
+
+    monkeypatch.setattr(_experiments, "_grid", grid)
+    monkeypatch.setattr(_experiments, "run_jobs", run_jobs)
+    result = _experiments.dynamic(plan)
+    assert grids == [("tensorflow", "1gbit"), ("mxnet", "1gbit")]
+    assert [r["framework"] for r in result.rows] == ["tensorflow", "mxnet"]
+    assert {s.framework for s in launched} == {"tensorflow", "mxnet"} and len(launched) == 8
+    for row in result.rows:
+        assert row["autobyte/bo-static"] == pytest.approx(2.0)
+        assert row["autobyte/baseline"] == pytest.approx(2.0)
+    bo = {s.framework: s.start for s in launched if s.name.endswith("bo-static")}
+    assert bo["mxnet"] is not None and bo["tensorflow"] is not None
+    assert "mxnet" in result.table and len(result.notes) == 2
