@@ -7,6 +7,9 @@ good would make it measure native and probe again every time the link comes back
 each phase finding what it found in the last one. So the measurements it clears are kept here,
 and when the speed of the configuration in force matches what it measured under conditions
 seen before, those measurements come back and the job goes straight to the best of them.
+Conditions are told apart by the link rate the windows measured (bytes over the link's busy
+time, whatever the configuration) and by the speed of the configuration in force, each where
+it is known.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import dataclasses
 import math
 import statistics
 
-__all__ = ["Conditions", "Memory"]
+__all__ = ["Conditions", "Memory", "window_rate"]
 
 _Knobs = tuple[int, int, bool]
 MATCH = 1.5  # a speed within this factor of what a configuration ran at: the same conditions
@@ -35,6 +38,12 @@ class Conditions:
     misses: int
     overrated: float
     lasted_s: float  # how long they held the last time
+    total_s: float  # and in all, every time they held
+    rates: tuple[float, ...] = ()  # the link's rates their windows measured (bytes/s)
+
+    @property
+    def rate(self) -> float | None:
+        return statistics.median(self.rates) if self.rates else None
 
     def speed(self, key: _Knobs) -> float | None:
         speeds = self.history.get(key)
@@ -54,14 +63,25 @@ class Memory:
         if conditions.history:
             self._left.append(conditions)
 
-    def recall(self, key: _Knobs, speed: float) -> Conditions | None:
-        """The remembered conditions under which ``key`` ran closest to ``speed``, within
-        ``MATCH`` (removed from memory: they are the job's again), or None."""
-        best, distance = None, math.log(MATCH)
+    def recall(self, key: _Knobs, speed: float, rate: float | None) -> Conditions | None:
+        """The remembered conditions whose link rate is within ``MATCH`` of ``rate`` and under
+        which ``key`` ran within ``MATCH`` of ``speed``, each where both are known (the closest
+        such set); removed from memory, since they are the job's again. None if none is."""
+        best, closest = None, math.inf
         for conditions in self._left:
-            past = conditions.speed(key)
-            if past and past > 0 and speed > 0 and abs(math.log(speed / past)) <= distance:
-                best, distance = conditions, abs(math.log(speed / past))
+            pairs = [(a, b) for a, b in ((rate, conditions.rate), (speed, conditions.speed(key)))
+                     if a and b and a > 0 and b > 0]
+            distances = [abs(math.log(a / b)) for a, b in pairs]
+            if distances and max(distances) <= math.log(MATCH) and sum(distances) < closest:
+                best, closest = conditions, sum(distances)
         if best is not None:
             self._left.remove(best)
         return best
+
+
+def window_rate(bandwidth_up: tuple[float, ...], bandwidth_down: tuple[float, ...]
+                ) -> float | None:
+    """A window's link rate: the median of its workers' measured rates both ways (None when
+    none was measured)."""
+    rates = [r for r in (*bandwidth_up, *bandwidth_down) if r > 0]
+    return statistics.median(rates) if rates else None

@@ -89,7 +89,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from common.config import Config
-from common.control._conditions import Conditions, Memory
+from common.control._conditions import Conditions, Memory, window_rate
 from common.control._decision import Decision
 from common.decision_log import DecisionLog
 from common.errors import ConfigError
@@ -161,6 +161,8 @@ class TuningLoop:
         self._changed = False  # whether they changed in this job
         self._memory = Memory()  # what was measured under conditions the job left
         self._expect_s = 0.0  # how long the conditions in force held the last time (recalled)
+        self._before_s = 0.0  # and in all before this time
+        self._rates: collections.deque[float] = collections.deque(maxlen=10)  # link, these
         self._returning = False  # recalled conditions: go to their best measured at once
         self._settling = False  # the window that showed a change: neither measured nor decided
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
@@ -399,7 +401,8 @@ class TuningLoop:
 
     def _check_conditions(self, obs: Observation) -> None:
         """A configuration running ``CHANGED`` times faster or slower than this job measured
-        it means the conditions changed (a link rate): every speed measured before describes
+        it, or a window whose link rate is ``CHANGED``-fold off the rate measured under the
+        conditions in force, means the conditions changed: every speed measured before describes
         another job, so it goes, with the trigger's memory and the tuner's observations,
         whether or not the predictor may adapt yet. What it measured is kept (``Memory``).
         The window that shows the change may hold steps of both conditions, so it is neither
@@ -410,16 +413,23 @@ class TuningLoop:
             self._recall(obs)
             return
         past = self.measured(obs.config)
-        if past is None or past <= 0 or 1 / CHANGED <= obs.speed / past <= CHANGED:
+        rate = window_rate(obs.bandwidth_up, obs.bandwidth_down)
+        usual = statistics.median(self._rates) if len(self._rates) >= 2 else None
+        if not (past and past > 0 and not 1 / CHANGED <= obs.speed / past <= CHANGED) and \
+                not (rate and usual and not 1 / CHANGED <= rate / usual <= CHANGED):
             return
+        lasted = self.lasted_s - obs.steps * obs.step_time_s
         self._memory.leave(Conditions(
             history=self._history, vetoed=self._vetoed, probed=self._probed,
             climbed=self._climbed, climb_s=self._climb_s, misses=self._misses,
-            overrated=self._overrated, lasted_s=self.lasted_s - obs.steps * obs.step_time_s))
+            overrated=self._overrated, lasted_s=lasted, total_s=self._before_s + lasted,
+            rates=tuple(self._rates)))
+        self._rates.clear()
         self._history, self._vetoed, self._climbed = {}, {}, set()
         self._probed, self._climb_s, self._misses, self._overrated = False, 0.0, 0, 1.0
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
-        self._changed, self._settling, self._expect_s = True, True, 0.0
+        self._changed, self._settling = True, True
+        self._expect_s = self._before_s = 0.0
         self._explored_from = None  # a try across the change cannot be judged
         self._recheck_every = None
         self._recheck_fresh = False
@@ -433,17 +443,20 @@ class TuningLoop:
         """After a change: when ``obs`` ran as its configuration did under conditions the job
         left, they are back: their measurements are restored, and the guard goes to the
         fastest of them at its next decision (``_go_back``)."""
-        back = self._memory.recall(knobs(obs.config), obs.speed)
+        back = self._memory.recall(knobs(obs.config), obs.speed,
+                                   window_rate(obs.bandwidth_up, obs.bandwidth_down))
         if back is None:
             return
         self._history, self._vetoed, self._climbed = back.history, back.vetoed, back.climbed
         self._probed, self._climb_s = back.probed, back.climb_s
         self._misses, self._overrated = back.misses, back.overrated
-        self._expect_s, self._returning = back.lasted_s, True
+        self._expect_s, self._before_s, self._returning = back.lasted_s, back.total_s, True
+        self._rates.extend(back.rates)
         self.log.write("event", {"event": "conditions_recalled", "config": obs.config,
                                  "speed": obs.speed, "reason": f"conditions seen before "
                                  f"({len(back.history)} configurations measured, held "
-                                 f"{back.lasted_s:.1f} s): their measurements restored"})
+                                 f"{back.lasted_s:.1f} s last time, {back.total_s:.1f} s in "
+                                 "all): their measurements restored"})
 
     @property
     def native(self) -> Config:
@@ -601,14 +614,16 @@ class TuningLoop:
     def _go_back(self, native: float | None) -> Config | None:
         """Under conditions seen before: the fastest configuration measured under them, when
         faster than the one in force beyond ``noise_band`` (native as ``_best_measured``
-        decides it), or None."""
+        decides it) and what it saves, if they hold as long as the last time, pays for the
+        switch; or None."""
         here = self.measured(self.current)
         if native is None or here is None:
             return None
         best, speed = self._best_measured(native)
         if knobs(best) == knobs(self.current) or speed <= here * (1 + self.noise_band):
             return None
-        return best
+        saved = max(self._expect_s, self.lasted_s) * (1.0 - here / speed)
+        return best if saved > self.switch_cost_s else None
 
     def _recheck_interval(self) -> float:
         return self._recheck_every or max(RECHECK_S, RECHECK_WINDOWS * self._window_s)
@@ -691,8 +706,11 @@ class TuningLoop:
 
     def _pays_as_probe(self, gain: float) -> bool:
         """A model's ranked ``gain`` pays for a one-window try: ``PROBE_TRUST`` of it (at most
-        ``PROBE_GAIN_CAP``) over the horizon covers a miss."""
-        return self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * self.horizon_s
+        ``PROBE_GAIN_CAP``) over the horizon covers a miss. Under conditions seen before the
+        horizon counts every time they held: what a try measures comes back with them."""
+        horizon = self.horizon_s if not self._before_s else \
+            min(self.lasted_s + self._before_s, self.left_s)
+        return self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * horizon
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:
@@ -848,6 +866,8 @@ class TuningLoop:
         native)."""
         if self._settling:
             return
+        if rate := window_rate(obs.bandwidth_up, obs.bandwidth_down):
+            self._rates.append(rate)
         key = knobs(obs.config)
         self._configs[key] = obs.config
         if not obs.config.scheduling:

@@ -1043,3 +1043,30 @@ def test_conditions_not_seen_before_start_afresh() -> None:
             assert loop._history[knobs(A)] and loop.measured(A) == 4.0
     assert loop.measured(A) == 100.0  # its four windows came back (only the last five kept)
     assert len(loop._history[knobs(A)]) == 5 and len(loop._memory) == 2
+
+
+def test_conditions_are_told_apart_by_the_link_rate_also_on_a_new_configuration() -> None:
+    """A window on a configuration the job never ran shows a change by its link rate alone,
+    and conditions come back by their rate though that configuration was never measured
+    under them."""
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 100), trigger=ThresholdTrigger(),
+                      guard=False)
+
+    def window(config: Config, speed: float, rate: float, w: int) -> None:
+        obs = observation(config, speed, 10 * w)
+        loop.on_observation(dataclasses.replace(obs, bandwidth_up=(rate,),
+                                                bandwidth_down=(rate,)))
+
+    for w in range(6):
+        window(A, 100.0, 1e9, w)
+    window(A, 20.0, 1e8, 6)  # the link slows: A's speed moves fivefold
+    window(A, 20.0, 1e8, 7)
+    assert loop.measured(A) == 20.0
+    for w in (8, 9, 10):
+        window(B, 30.0, 1e8, w)
+    window(B, 150.0, 1e9, 11)  # B was never measured on the fast link
+    window(B, 150.0, 1e9, 12)
+    assert loop.measured(A) == 100.0 and loop.measured(B) == 150.0  # the fast link's, back
+    window(C, 25.0, 1e8, 13)  # C never ran: only its tenfold slower link tells
+    window(C, 25.0, 1e8, 14)
+    assert loop.measured(A) == 20.0 and loop.measured(B) == 30.0 and loop.measured(C) == 25.0
