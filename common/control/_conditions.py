@@ -19,11 +19,12 @@ import dataclasses
 import math
 import statistics
 
-__all__ = ["Conditions", "Memory", "window_rate"]
+__all__ = ["RATES", "Conditions", "Memory", "window_rate"]
 
 _Knobs = tuple[int, int, bool]
-MATCH = 1.5  # a speed within this factor of what a configuration ran at: the same conditions
+MATCH = 1.7  # within this factor of what was measured: the same conditions (a change is 3x)
 KEEP = 4  # sets of conditions remembered (the oldest goes first)
+RATES = 10  # link rates kept per set: the recent windows'
 
 
 @dataclasses.dataclass
@@ -60,8 +61,24 @@ class Memory:
         return len(self._left)
 
     def leave(self, conditions: Conditions) -> None:
-        if conditions.history:
-            self._left.append(conditions)
+        """Keep ``conditions``; merged into a remembered set whose link rate matches theirs,
+        as do the speeds of the configurations both measured (a stretch whose first window
+        was not recognised is more of the same conditions), newer measurements first."""
+        if not conditions.history:
+            return
+        same = next((c for c in self._left if _alike(c, conditions)), None)
+        if same is not None:
+            self._left.remove(same)
+            conditions = Conditions(
+                history={**same.history, **conditions.history},
+                vetoed={**same.vetoed, **conditions.vetoed},
+                probed=same.probed or conditions.probed,
+                climbed=same.climbed | conditions.climbed,
+                climb_s=same.climb_s + conditions.climb_s,
+                misses=conditions.misses, overrated=min(same.overrated, conditions.overrated),
+                lasted_s=conditions.lasted_s, total_s=same.total_s + conditions.total_s,
+                rates=(*same.rates, *conditions.rates)[-RATES:])
+        self._left.append(conditions)
 
     def recall(self, key: _Knobs, speed: float, rate: float | None) -> Conditions | None:
         """The remembered conditions whose link rate is within ``MATCH`` of ``rate`` and under
@@ -77,6 +94,14 @@ class Memory:
         if best is not None:
             self._left.remove(best)
         return best
+
+
+def _alike(a: Conditions, b: Conditions) -> bool:
+    """The same link rate within ``MATCH``, and every configuration both measured within it."""
+    if not a.rate or not b.rate or abs(math.log(a.rate / b.rate)) > math.log(MATCH):
+        return False
+    speeds = [(a.speed(k), b.speed(k)) for k in a.history.keys() & b.history.keys()]
+    return all(x and y and abs(math.log(x / y)) <= math.log(MATCH) for x, y in speeds)
 
 
 def window_rate(bandwidth_up: tuple[float, ...], bandwidth_down: tuple[float, ...]

@@ -89,7 +89,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from common.config import Config
-from common.control._conditions import Conditions, Memory, window_rate
+from common.control._conditions import RATES, Conditions, Memory, window_rate
 from common.control._decision import Decision
 from common.decision_log import DecisionLog
 from common.errors import ConfigError
@@ -162,7 +162,7 @@ class TuningLoop:
         self._memory = Memory()  # what was measured under conditions the job left
         self._expect_s = 0.0  # how long the conditions in force held the last time (recalled)
         self._before_s = 0.0  # and in all before this time
-        self._rates: collections.deque[float] = collections.deque(maxlen=10)  # link, these
+        self._rates: collections.deque[float] = collections.deque(maxlen=RATES)  # the link's
         self._returning = False  # recalled conditions: go to their best measured at once
         self._settling = False  # the window that showed a change: neither measured nor decided
         if not 0.0 <= noise_band < 1.0 or guard_windows < 1:
