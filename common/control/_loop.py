@@ -66,9 +66,10 @@ gain. The decision log says when the guard acted.
 When the configuration in force runs three times faster or slower than the job measured it,
 the conditions changed (a link rate): all earlier measurements are cleared at once, also where
 the trigger may not ask the predictor to adapt yet (its cooldown), so no stale measurement
-lures the job back. They are kept aside (``_conditions.Memory``): when the speed in force
-matches what it ran at under conditions seen before, their measurements come back and the
-guard goes to the fastest of them at once, instead of measuring native and probing again.
+lures the job back; a window's link rate moving threefold says the same. They are kept aside
+(``_conditions.Memory``): when the link rate and the speed in force match what was measured
+under conditions seen before, their measurements come back and the guard goes to the fastest
+of them at once, instead of measuring native and probing again.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
 present: ``observe_window(observation)`` (the Table II features of each window decided on,
@@ -440,9 +441,9 @@ class TuningLoop:
                                  "reason": "measurements cleared"})
 
     def _recall(self, obs: Observation) -> None:
-        """After a change: when ``obs`` ran as its configuration did under conditions the job
-        left, they are back: their measurements are restored, and the guard goes to the
-        fastest of them at its next decision (``_go_back``)."""
+        """After a change: when ``obs``'s link rate and speed match what was measured under
+        conditions the job left, they are back: their measurements are restored, and the
+        guard goes to the fastest of them at its next decision (``_go_back``)."""
         back = self._memory.recall(knobs(obs.config), obs.speed,
                                    window_rate(obs.bandwidth_up, obs.bandwidth_down))
         if back is None:
