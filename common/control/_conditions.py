@@ -5,11 +5,10 @@ brings the same conditions back again and again. The loop clears its measurement
 speed in force moves ``CHANGED``-fold, since they describe another job; clearing them for
 good would make it measure native and probe again every time the link comes back, and spend
 each phase finding what it found in the last one. So the measurements it clears are kept here,
-and when the speed of the configuration in force matches what it measured under conditions
-seen before, those measurements come back and the job goes straight to the best of them.
-Conditions are told apart by the link rate the windows measured (bytes over the link's busy
-time, whatever the configuration) and by the speed of the configuration in force, each where
-it is known.
+and when a window matches conditions seen before, those measurements come back and the job
+goes straight to the best of them. Conditions are told apart by the link rate the windows
+measured (over the link's busy time, whatever the configuration) and by the speed of the
+configuration in force, each where it is known.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import dataclasses
 import math
 import statistics
 
-__all__ = ["RATES", "Conditions", "Memory", "window_rate"]
+__all__ = ["RATES", "Conditions", "Memory"]
 
 _Knobs = tuple[int, int, bool]
 MATCH = 1.7  # within this factor of what was measured: the same conditions (a change is 3x)
@@ -29,18 +28,19 @@ RATES = 10  # link rates kept per set: the recent windows'
 
 @dataclasses.dataclass
 class Conditions:
-    """The loop's per-conditions state: speeds measured, what the guard left and tried."""
+    """The loop's per-conditions state: speeds measured, what the guard left and tried (a new
+    set is empty)."""
 
-    history: dict[_Knobs, collections.deque[float]]
-    vetoed: dict[_Knobs, int]
-    probed: bool
-    climbed: set[_Knobs]
-    climb_s: float
-    misses: int
-    overrated: float
-    lasted_s: float  # how long they held the last time
-    total_s: float  # and in all, every time they held
-    rates: tuple[float, ...] = ()  # the link's rates their windows measured (bytes/s)
+    history: dict[_Knobs, collections.deque[float]] = dataclasses.field(default_factory=dict)
+    vetoed: dict[_Knobs, int] = dataclasses.field(default_factory=dict)
+    probed: bool = False
+    climbed: set[_Knobs] = dataclasses.field(default_factory=set)
+    climb_s: float = 0.0
+    misses: int = 0
+    overrated: float = 1.0
+    lasted_s: float = 0.0  # how long they held the last time
+    total_s: float = 0.0  # and in all, every time they held
+    rates: tuple[float, ...] = ()  # the link rates their windows measured (bits/s)
 
     @property
     def rate(self) -> float | None:
@@ -86,9 +86,8 @@ class Memory:
         such set); removed from memory, since they are the job's again. None if none is."""
         best, closest = None, math.inf
         for conditions in self._left:
-            pairs = [(a, b) for a, b in ((rate, conditions.rate), (speed, conditions.speed(key)))
-                     if a and b and a > 0 and b > 0]
-            distances = [abs(math.log(a / b)) for a, b in pairs]
+            distances = [d for a, b in ((rate, conditions.rate), (speed, conditions.speed(key)))
+                         if (d := _distance(a, b)) is not None]
             if distances and max(distances) <= math.log(MATCH) and sum(distances) < closest:
                 best, closest = conditions, sum(distances)
         if best is not None:
@@ -96,17 +95,13 @@ class Memory:
         return best
 
 
+def _distance(a: float | None, b: float | None) -> float | None:
+    """|log(a / b)|, None unless both are known and positive."""
+    return abs(math.log(a / b)) if a and b and a > 0 and b > 0 else None
+
+
 def _alike(a: Conditions, b: Conditions) -> bool:
     """The same link rate within ``MATCH``, and every configuration both measured within it."""
-    if not a.rate or not b.rate or abs(math.log(a.rate / b.rate)) > math.log(MATCH):
-        return False
-    speeds = [(a.speed(k), b.speed(k)) for k in a.history.keys() & b.history.keys()]
-    return all(x and y and abs(math.log(x / y)) <= math.log(MATCH) for x, y in speeds)
-
-
-def window_rate(bandwidth_up: tuple[float, ...], bandwidth_down: tuple[float, ...]
-                ) -> float | None:
-    """A window's link rate: the median of its workers' measured rates both ways (None when
-    none was measured)."""
-    rates = [r for r in (*bandwidth_up, *bandwidth_down) if r > 0]
-    return statistics.median(rates) if rates else None
+    near = [_distance(a.rate, b.rate)] + [_distance(a.speed(k), b.speed(k))
+                                          for k in a.history.keys() & b.history.keys()]
+    return all(d is not None and d <= math.log(MATCH) for d in near)

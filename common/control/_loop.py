@@ -90,7 +90,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from common.config import Config
-from common.control._conditions import RATES, Conditions, Memory, window_rate
+from common.control._conditions import RATES, Conditions, Memory
 from common.control._decision import Decision
 from common.decision_log import DecisionLog
 from common.errors import ConfigError
@@ -115,6 +115,12 @@ RECHECK_WINDOWS = 10  # (at least this many windows), doubling each time native 
 MISS_SLOWDOWN = 0.25  # what a try is assumed to lose until the guard leaves it: of 52 tries
 #                      from native in the native sweep's jobs, 33 measured slower, by 23% on
 #                      average (at most 53%)
+
+
+def _off(value: float | None, measured: float | None) -> bool:
+    """``value`` ``CHANGED``-fold or more off ``measured``, both known: the conditions moved."""
+    return bool(value and measured and measured > 0 and
+                not 1 / CHANGED <= value / measured <= CHANGED)
 
 
 class TunerLike(Protocol):
@@ -414,10 +420,8 @@ class TuningLoop:
             self._recall(obs)
             return
         past = self.measured(obs.config)
-        rate = window_rate(obs.bandwidth_up, obs.bandwidth_down)
         usual = statistics.median(self._rates) if len(self._rates) >= 2 else None
-        if not (past and past > 0 and not 1 / CHANGED <= obs.speed / past <= CHANGED) and \
-                not (rate and usual and not 1 / CHANGED <= rate / usual <= CHANGED):
+        if not _off(obs.speed, past) and not _off(obs.link_rate, usual):
             return
         lasted = self.lasted_s - obs.steps * obs.step_time_s
         self._memory.leave(Conditions(
@@ -425,12 +429,9 @@ class TuningLoop:
             climbed=self._climbed, climb_s=self._climb_s, misses=self._misses,
             overrated=self._overrated, lasted_s=lasted, total_s=self._before_s + lasted,
             rates=tuple(self._rates)))
-        self._rates.clear()
-        self._history, self._vetoed, self._climbed = {}, {}, set()
-        self._probed, self._climb_s, self._misses, self._overrated = False, 0.0, 0, 1.0
+        self._enter(Conditions())
         self._since_s = self.trained_s - obs.steps * obs.step_time_s  # this window's are new
         self._changed, self._settling = True, True
-        self._expect_s = self._before_s = 0.0
         self._explored_from = None  # a try across the change cannot be judged
         self._recheck_every = None
         self._recheck_fresh = False
@@ -444,20 +445,26 @@ class TuningLoop:
         """After a change: when ``obs``'s link rate and speed match what was measured under
         conditions the job left, they are back: their measurements are restored, and the
         guard goes to the fastest of them at its next decision (``_go_back``)."""
-        back = self._memory.recall(knobs(obs.config), obs.speed,
-                                   window_rate(obs.bandwidth_up, obs.bandwidth_down))
+        back = self._memory.recall(knobs(obs.config), obs.speed, obs.link_rate)
         if back is None:
             return
-        self._history, self._vetoed, self._climbed = back.history, back.vetoed, back.climbed
-        self._probed, self._climb_s = back.probed, back.climb_s
-        self._misses, self._overrated = back.misses, back.overrated
-        self._expect_s, self._before_s, self._returning = back.lasted_s, back.total_s, True
-        self._rates.extend(back.rates)
+        self._enter(back)
+        self._returning = True
         self.log.write("event", {"event": "conditions_recalled", "config": obs.config,
                                  "speed": obs.speed, "reason": f"conditions seen before "
                                  f"({len(back.history)} configurations measured, held "
                                  f"{back.lasted_s:.1f} s last time, {back.total_s:.1f} s in "
                                  "all): their measurements restored"})
+
+    def _enter(self, conditions: Conditions) -> None:
+        """Make ``conditions``' state the loop's (an empty set: conditions new to the job)."""
+        c = conditions
+        self._history, self._vetoed, self._climbed = c.history, c.vetoed, c.climbed
+        self._probed, self._climb_s, self._misses, self._overrated = \
+            c.probed, c.climb_s, c.misses, c.overrated
+        self._expect_s, self._before_s = c.lasted_s, c.total_s
+        self._rates.clear()
+        self._rates.extend(c.rates)
 
     @property
     def native(self) -> Config:
@@ -867,8 +874,8 @@ class TuningLoop:
         native)."""
         if self._settling:
             return
-        if rate := window_rate(obs.bandwidth_up, obs.bandwidth_down):
-            self._rates.append(rate)
+        if obs.link_rate:
+            self._rates.append(obs.link_rate)
         key = knobs(obs.config)
         self._configs[key] = obs.config
         if not obs.config.scheduling:

@@ -7,6 +7,7 @@ B_u (n each), T (layer-wise backward time, n rows of l), V (n), plus per-layer g
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,13 @@ class Observation:
     def complete(self) -> bool:
         """Every worker reported this window."""
         return len(self.ranks) == self.num_workers
+
+    @property
+    def link_rate(self) -> float | None:
+        """The window's link rate (bits/s over the link's busy time): the median of its
+        workers' measured rates both ways; None when none was measured."""
+        rates = [r for r in (*self.bandwidth_up, *self.bandwidth_down) if r > 0]
+        return statistics.median(rates) if rates else None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

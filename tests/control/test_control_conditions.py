@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
-from common.control._conditions import Conditions, Memory, window_rate
+from control_helpers import observation
+
+from common.config import Config
+from common.control._conditions import Conditions, Memory
 
 NATIVE, SMALL = (0, 0, False), (65536, 1 << 20, True)
 
@@ -12,8 +16,7 @@ NATIVE, SMALL = (0, 0, False), (65536, 1 << 20, True)
 def _conditions(speeds: dict[tuple[int, int, bool], float], rate: float,
                 lasted_s: float = 1.0) -> Conditions:
     return Conditions(history={k: collections.deque([v]) for k, v in speeds.items()},
-                      vetoed={}, probed=False, climbed=set(), climb_s=0.0, misses=0,
-                      overrated=1.0, lasted_s=lasted_s, total_s=lasted_s, rates=(rate,) * 3)
+                      lasted_s=lasted_s, total_s=lasted_s, rates=(rate,) * 3)
 
 
 def test_recall_needs_the_rate_and_the_speed_in_force_to_match_where_known() -> None:
@@ -37,6 +40,9 @@ def test_a_stretch_left_unrecognised_merges_into_the_set_of_its_rate() -> None:
     assert back.lasted_s == 3.0 and back.total_s == 7.0
 
 
-def test_a_windows_rate_is_the_median_of_what_its_workers_measured() -> None:
-    assert window_rate((1e8, 0.0), (3e8, 2e8)) == 2e8
-    assert window_rate((0.0,), (0.0,)) is None
+def test_a_windows_link_rate_is_the_median_of_what_its_workers_measured() -> None:
+    obs = observation(Config(), 100.0, 0, workers=2)
+    assert dataclasses.replace(obs, bandwidth_up=(1e8, 0.0), bandwidth_down=(3e8, 2e8)
+                               ).link_rate == 2e8
+    assert dataclasses.replace(obs, bandwidth_up=(0.0, 0.0), bandwidth_down=(0.0, 0.0)
+                               ).link_rate is None
