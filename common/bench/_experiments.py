@@ -50,6 +50,7 @@ class Plan:
     models: tuple[str, ...] = ("cnn",)
     rates: tuple[str, ...] = ("100mbit", "1gbit")
     steps: int = 100
+    job_steps: int | None = None  # convergence, dynamic, overhead: each its own when None
     out: Path = Path("runs/bench")
 
     @staticmethod
@@ -180,64 +181,70 @@ def _bars(rows: Sequence[dict[str, Any]], label: Callable[[dict[str, Any]], str]
 # -- 1. convergence (Fig. 5)
 def convergence(plan: Plan) -> Result:
     """From the grid's two worst configurations, steps until a window reaches 95% of the grid
-    optimum, for AutoByte (meta) and online BO (bayesian), TensorFlow, model cnn."""
-    rate = plan.rates[0]
-    _, measured = _grid(plan, "tensorflow", "cnn", rate)
-    best_label, best = _best(measured)
-    worst = sorted(measured, key=measured.__getitem__)[:2]
-    # long enough for a probe from native to pay back its trace (about 0.4 s on this cnn)
-    steps = 300 if plan.quick else 600
+    optimum, for AutoByte (meta) and online BO (bayesian), in each framework, on the plan's
+    first model."""
+    rate, model = plan.rates[0], plan.models[0]
+    # long enough for a probe from native to pay back its trace (about 0.4 s on the cnn)
+    steps = plan.job_steps or (300 if plan.quick else 600)
     rows: list[dict[str, Any]] = []
-    for start in worst:
-        for tuner in ("meta", "bayesian"):
-            spec = JobSpec(f"conv-{tuner}-{start.replace(':', '_')}", steps=steps,
-                           window=plan.window, tuner=tuner, start=_parse_label(start))
-            run = run_jobs([spec], rate=rate, out=plan.out / "jobs")[0]
-            hit = next((w.last for w in run.windows if w.speed >= 0.95 * best), None)
-            rows.append({"rate": rate, "start": start, "tuner": tuner,
-                         "start_speed": measured[start], "grid_best": best,
-                         "grid_config": best_label,
-                         "steps_to_95pct": hit if hit is not None else f">{steps}",
-                         "final_config": run.windows[-1].config,
-                         "final_vs_grid": steady(run) / best})
-    table = _fmt(rows, ["start", "tuner", "start_speed", "grid_config", "grid_best",
-                        "steps_to_95pct", "final_config", "final_vs_grid"])
-    hits = [r["steps_to_95pct"] for r in rows if r["tuner"] == "meta"]
-    notes = [f"target: AutoByte within 5% of the grid optimum in <= 30 steps; measured "
-             f"{hits} (TensorFlow cnn, {rate}, windows of {plan.window} steps)"]
+    for framework in plan.frameworks:
+        _, measured = _grid(plan, framework, model, rate)
+        best_label, best = _best(measured)
+        worst = sorted(measured, key=measured.__getitem__)[:2]
+        for start in worst:
+            for tuner in ("meta", "bayesian"):
+                spec = JobSpec(f"conv-{framework[:2]}-{tuner}-{start.replace(':', '_')}",
+                               framework=framework, model=model, steps=steps,
+                               window=plan.window, tuner=tuner, start=_parse_label(start))
+                run = run_jobs([spec], rate=rate, out=plan.out / "jobs")[0]
+                hit = next((w.last for w in run.windows if w.speed >= 0.95 * best), None)
+                rows.append({"framework": framework, "model": model, "rate": rate,
+                             "start": start, "tuner": tuner, "start_speed": measured[start],
+                             "grid_best": best, "grid_config": best_label,
+                             "steps_to_95pct": hit if hit is not None else f">{steps}",
+                             "final_config": run.windows[-1].config,
+                             "final_vs_grid": steady(run) / best})
+    table = _fmt(rows, ["framework", "start", "tuner", "start_speed", "grid_config",
+                        "grid_best", "steps_to_95pct", "final_config", "final_vs_grid"])
+    hits = {f: [r["steps_to_95pct"] for r in rows if r["tuner"] == "meta" and
+                r["framework"] == f] for f in plan.frameworks}
+    notes = [f"target: AutoByte within 5% of the grid optimum in <= 20 steps; measured {f} "
+             f"{hits[f]} ({model}, {rate}, windows of {plan.window} steps)"
+             for f in plan.frameworks]
     return Result("convergence", rows, table, _bars(
-        rows, lambda r: f"{r['tuner']} from {r['start']}", ["final_vs_grid"],
-        "steady speed / grid optimum", f"Convergence at {rate}"), notes)
+        rows, lambda r: f"{r['framework'][:2]} {r['tuner']} from {r['start']}",
+        ["final_vs_grid"], "steady speed / grid optimum", f"Convergence at {rate} ({model})"),
+        notes)
 
 
 # -- 2. dynamic bandwidth (Fig. 6)
 def dynamic(plan: Plan) -> Result:
-    """The link alternates between two rates every 20 steps, in each framework: every method's
-    throughput, AutoByte as shipped (from native, live meta tuning, its own window). BO-static
-    is tuned before the run at its first rate, as ByteScheduler tunes before training."""
+    """The link alternates between two rates every 20 steps, in each framework, on the plan's
+    first model: every method's throughput, AutoByte as shipped (from native, live meta
+    tuning, its own window). BO-static is tuned before the run at its first rate, as
+    ByteScheduler tunes before training."""
     high, low = "1gbit", "100mbit"  # the target's rates, whatever the plan sweeps elsewhere
     period = 20
-    steps = 80 if plan.quick else 240
+    model = plan.models[0]
+    steps = plan.job_steps or (80 if plan.quick else 240)
     changes = [(s, low if (s // period) % 2 else high) for s in range(period, steps, period)]
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, JobRun]] = {}
     for framework in plan.frameworks:
-        _, grid_high = _grid(plan, framework, "cnn", high)
+        _, grid_high = _grid(plan, framework, model, high)
         bo_pick, _ = bo_static(grid_high, plan)
         fw = framework[:2]
+        job = JobSpec(f"dyn-{fw}", framework=framework, model=model, steps=steps,
+                      window=plan.window)
         specs = {
-            "baseline": JobSpec(f"dyn-{fw}-baseline", framework=framework, steps=steps,
-                                window=plan.window, baseline=True),
-            "default": JobSpec(f"dyn-{fw}-default", framework=framework, steps=steps,
-                               window=plan.window, start=DEFAULT),
-            "bo-static": JobSpec(f"dyn-{fw}-bo-static", framework=framework, steps=steps,
-                                 window=plan.window, start=bo_pick),
-            "autobyte": JobSpec(f"dyn-{fw}-autobyte", framework=framework, steps=steps,
-                                window=plan.window, shipped=True),
+            "baseline": dataclasses.replace(job, name=f"dyn-{fw}-baseline", baseline=True),
+            "default": dataclasses.replace(job, name=f"dyn-{fw}-default", start=DEFAULT),
+            "bo-static": dataclasses.replace(job, name=f"dyn-{fw}-bo-static", start=bo_pick),
+            "autobyte": dataclasses.replace(job, name=f"dyn-{fw}-autobyte", shipped=True),
         }
         runs[framework] = {k: run_jobs([s], rate=high, rate_changes=changes,
                                        out=plan.out / "jobs")[0] for k, s in specs.items()}
-        row: dict[str, Any] = {"framework": framework, "model": "cnn",
+        row: dict[str, Any] = {"framework": framework, "model": model,
                                "rates": f"{high}<->{low} every {period} steps",
                                "bo_static_config": knobs_label(*bo_pick)}
         row.update({k: throughput(r) for k, r in runs[framework].items()})
@@ -264,7 +271,7 @@ def dynamic(plan: Plan) -> Result:
                 ax.text(s, ax.get_ylim()[1] * 0.98, r, fontsize=7, rotation=90, va="top")
             ax.set_xlabel("step")
             ax.set_ylabel("samples/s (window mean)")
-            ax.set_title(f"{framework} cnn: {high} <-> {low} every {period} steps")
+            ax.set_title(f"{framework} {model}: {high} <-> {low} every {period} steps")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
@@ -356,35 +363,42 @@ def sweep(plan: Plan) -> Result:
 # -- 5. overhead and search cost (Fig. 10)
 def overhead(plan: Plan) -> Result:
     """CPU per step of rank 0 with live tuning (meta) against AutoByte's final configuration
-    fixed (tuner none), one job after the other at the same rate; and the steps each method
-    spends searching."""
-    rate = plan.rates[0]
-    steps = 80 if plan.quick else 160
-    _, measured = _grid(plan, "tensorflow", "cnn", rate)
-    best_label, best = _best(measured)
-    _, bo_evals = bo_static(measured, plan)
-    auto = run_jobs([JobSpec("ovh-autobyte", steps=steps, window=plan.window, shipped=True)],
-                    rate=rate, out=plan.out / "jobs")[0]
-    final = _parse_label(auto.windows[-1].config)
-    fixed = run_jobs([JobSpec("ovh-fixed", steps=steps, window=plan.window, start=final)],
-                     rate=rate, out=plan.out / "jobs")[0]
-    half = steps // 2
-    cpu_auto, cpu_fixed = auto.cpu_s_per_step(first=half), fixed.cpu_s_per_step(first=half)
-    hit = next((w.last for w in auto.windows if w.speed >= 0.95 * best), None)
+    fixed (tuner none), one job after the other at the same rate, in each framework on the
+    plan's first model; and the steps each method spends searching."""
+    rate, model = plan.rates[0], plan.models[0]
+    steps = plan.job_steps or (80 if plan.quick else 160)
     per_eval = plan.sweep_steps
-    rows = [{"what": "cpu_s_per_step (rank 0, second half)", "autobyte": cpu_auto,
-             "fixed": cpu_fixed, "ratio": cpu_auto / cpu_fixed},
-            {"what": "search steps to within 5% of the grid optimum",
-             "grid": len(grid_configs(plan)) * per_eval, "bo": bo_evals * per_eval,
-             "autobyte": hit if hit is not None else f">{steps}"}]
-    table = _fmt(rows, ["what", "autobyte", "fixed", "ratio", "grid", "bo"])
-    notes = [f"target: CPU under 1% apart; measured {100 * (cpu_auto / cpu_fixed - 1):+.1f}% "
-             f"(fixed = AutoByte's final configuration {knobs_label(*final)}, tuner none); "
-             f"grid optimum {best_label}; BO and grid counted at {per_eval} steps per "
-             "evaluation"]
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for framework in plan.frameworks:
+        _, measured = _grid(plan, framework, model, rate)
+        best_label, best = _best(measured)
+        _, bo_evals = bo_static(measured, plan)
+        fw = framework[:2]
+        job = JobSpec(f"ovh-{fw}", framework=framework, model=model, steps=steps,
+                      window=plan.window)
+        auto = run_jobs([dataclasses.replace(job, name=f"ovh-{fw}-autobyte", shipped=True)],
+                        rate=rate, out=plan.out / "jobs")[0]
+        final = _parse_label(auto.windows[-1].config)
+        fixed = run_jobs([dataclasses.replace(job, name=f"ovh-{fw}-fixed", start=final)],
+                         rate=rate, out=plan.out / "jobs")[0]
+        half = steps // 2
+        cpu_auto, cpu_fixed = auto.cpu_s_per_step(first=half), fixed.cpu_s_per_step(first=half)
+        hit = next((w.last for w in auto.windows if w.speed >= 0.95 * best), None)
+        rows += [{"framework": framework, "what": "cpu_s_per_step (rank 0, second half)",
+                  "autobyte": cpu_auto, "fixed": cpu_fixed, "ratio": cpu_auto / cpu_fixed},
+                 {"framework": framework,
+                  "what": "search steps to within 5% of the grid optimum",
+                  "grid": len(grid_configs(plan)) * per_eval, "bo": bo_evals * per_eval,
+                  "autobyte": hit if hit is not None else f">{steps}"}]
+        notes.append(f"target: CPU under 1% apart; measured {framework} "
+                     f"{100 * (cpu_auto / cpu_fixed - 1):+.1f}% (fixed = AutoByte's final "
+                     f"configuration {knobs_label(*final)}, tuner none); grid optimum "
+                     f"{best_label}; BO and grid counted at {per_eval} steps per evaluation")
+    table = _fmt(rows, ["framework", "what", "autobyte", "fixed", "ratio", "grid", "bo"])
     return Result("overhead", rows, table, _bars(
-        rows[:1], lambda r: "rank 0 CPU s/step", ["autobyte", "fixed"], "CPU s per step",
-        f"Overhead at {rate}"), notes)
+        rows[::2], lambda r: f"{r['framework'][:2]} rank 0 CPU s/step", ["autobyte", "fixed"],
+        "CPU s per step", f"Overhead at {rate} ({model})"), notes)
 
 
 EXPERIMENTS: dict[str, Callable[[Plan], Result]] = {

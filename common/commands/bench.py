@@ -3,6 +3,8 @@
     autobyte bench all --quick          # every experiment, reduced (about 20 minutes here)
     autobyte bench convergence          # one experiment: convergence, dynamic, joining,
                                         # sweep, overhead (testbed), scale (simulated)
+    autobyte bench convergence --frameworks mxnet --models resnet --rates 1gbit --steps 60
+                                        # on a model of second-long steps, at one rate
 
 Each experiment trains real jobs on the local testbed (root: hosts in network namespaces with
 shaped links; otherwise loopback, unshaped, and the rates mean nothing: it says so), prints a
@@ -40,6 +42,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", default="runs/bench", help="folder for CSV, PNG, logs (runs/bench)")
     p.add_argument("--frameworks", default="tensorflow,mxnet",
                    help="comma-separated, of tensorflow and mxnet (both)")
+    p.add_argument("--models", default=None,
+                   help="comma-separated demo models (the sweep runs each; convergence, "
+                   "dynamic and overhead the first); default cnn, full: cnn,mlp,deep")
+    p.add_argument("--rates", default=None,
+                   help="comma-separated link rates (the sweep runs each; convergence and "
+                   "overhead the first); default 100mbit,1gbit, full: 50mbit to 3gbit")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps of each convergence, dynamic and overhead job (each "
+                   "experiment's own by default: fewer suit models of second-long steps)")
     p.set_defaults(func=_run)
 
 
@@ -67,7 +78,15 @@ def _run(args: argparse.Namespace) -> int:
     if not frameworks or set(frameworks) - {"tensorflow", "mxnet"}:
         raise AutoByteError(f"--frameworks must name tensorflow and/or mxnet, got "
                             f"--frameworks {args.frameworks!r}")
-    plan = dataclasses.replace(Plan.make(args.quick, out), frameworks=frameworks)
+    plan = dataclasses.replace(Plan.make(args.quick, out), frameworks=frameworks,
+                               job_steps=args.steps)
+    if args.models is not None:
+        plan = dataclasses.replace(plan, models=_models(args.models))
+    if args.rates is not None:
+        plan = dataclasses.replace(plan, rates=_rates(args.rates))
+    if args.steps is not None and args.steps < 2 * plan.window:
+        raise AutoByteError(f"--steps must be at least two windows ({2 * plan.window}), got "
+                            f"--steps {args.steps}")
     started = time.perf_counter()
     summary = [f"# AutoByte evaluation ({'quick' if args.quick else 'full'})", "",
                f"{time.strftime('%Y-%m-%d %H:%M')} on {_machine()}; "
@@ -108,6 +127,27 @@ def _run(args: argparse.Namespace) -> int:
         print(f"autobyte bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _models(text: str) -> tuple[str, ...]:
+    from common.progress import MODELS
+
+    models = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not models or set(models) - set(MODELS):
+        raise AutoByteError(f"--models must name demo models of {', '.join(MODELS)}, got "
+                            f"--models {text!r}")
+    return models
+
+
+def _rates(text: str) -> tuple[str, ...]:
+    from common.units import parse_rate
+
+    rates = tuple(r.strip() for r in text.split(",") if r.strip())
+    if not rates:
+        raise AutoByteError(f"--rates must name link rates such as 1gbit, got --rates {text!r}")
+    for rate in rates:
+        parse_rate(rate, "--rates")
+    return rates
 
 
 def _write_summary(out: Path, lines: list[str]) -> None:

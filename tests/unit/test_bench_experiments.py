@@ -113,3 +113,78 @@ def test_dynamic_runs_every_framework_with_bo_tuned_at_the_first_rate(
     bo = {s.framework: s.start for s in launched if s.name.endswith("bo-static")}
     assert bo["mxnet"] is not None and bo["tensorflow"] is not None
     assert "mxnet" in result.table and len(result.notes) == 2
+
+
+def _fake_jobs(monkeypatch: pytest.MonkeyPatch, plan: Plan,
+               best: dict[str, tuple[int, int]]) -> list[JobSpec]:
+    """Grids whose optimum is ``best[framework]``; every job runs at its grid speed from its
+    second window on (the first at its start), AutoByte as shipped at the optimum."""
+    from common.bench import _experiments
+
+    grids = {f: _measured(plan, b) for f, b in best.items()}
+    launched: list[JobSpec] = []
+
+    def grid(plan_: Plan, framework: str, model: str, rate: str) -> tuple[None, dict[str, float]]:
+        assert model == plan_.models[0] and rate == plan_.rates[0]
+        return None, grids[framework]
+
+    def run_jobs(specs: list[JobSpec], *, rate: str, out: Path) -> list[JobRun]:
+        (spec,) = specs
+        launched.append(spec)
+        top = max(grids[spec.framework].values())
+        start = grids[spec.framework].get(knobs_label(*spec.start), top) if spec.start else top
+        windows = [Window(s + 1, s + spec.window, top if s else start, top if s else start,
+                          0.0, "native", rate) for s in range(0, spec.steps, spec.window)]
+        return [JobRun(spec, windows, 1.0, None)]
+
+    monkeypatch.setattr(_experiments, "_grid", grid)
+    monkeypatch.setattr(_experiments, "run_jobs", run_jobs)
+    return launched
+
+
+def test_convergence_runs_every_framework_on_the_first_model_from_its_worst_configurations(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from common.bench import _experiments
+
+    plan = Plan(out=tmp_path, models=("resnet", "cnn"), job_steps=30)
+    launched = _fake_jobs(monkeypatch, plan, {"tensorflow": (4096 * K, 4096 * K),
+                                              "mxnet": (64 * K, 256 * K)})
+    result = _experiments.convergence(plan)
+    assert {(s.framework, s.model, s.steps) for s in launched} == {
+        ("tensorflow", "resnet", 30), ("mxnet", "resnet", 30)}
+    assert len(launched) == 8  # two starts x two tuners x two frameworks
+    for row in result.rows:
+        grid = _measured(plan, (4096 * K, 4096 * K) if row["framework"] == "tensorflow"
+                         else (64 * K, 256 * K))
+        assert row["start"] in sorted(grid, key=grid.__getitem__)[:2]
+        assert row["steps_to_95pct"] == 2 * plan.window  # the first window ran at the start
+    assert [n.split(" measured ")[1].split()[0] for n in result.notes] == ["tensorflow",
+                                                                         "mxnet"]
+
+
+def test_overhead_compares_each_frameworks_final_configuration_fixed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from common.bench import _experiments
+
+    plan = Plan(out=tmp_path, frameworks=("mxnet",), models=("deep",))
+    launched = _fake_jobs(monkeypatch, plan, {"mxnet": (64 * K, 256 * K)})
+    monkeypatch.setattr(JobRun, "cpu_s_per_step",
+                        lambda self, first: 0.02 if self.spec.shipped else 0.01)
+    result = _experiments.overhead(plan)
+    shipped, fixed = launched
+    assert shipped.shipped and (fixed.model, fixed.start) == ("deep", NATIVE)
+    assert result.rows[0]["ratio"] == pytest.approx(2.0)
+    assert "mxnet +100.0%" in result.notes[0]
+
+
+@pytest.mark.parametrize("argv, named", [(["--models", "cnn,bert"], "--models 'cnn,bert'"),
+                                         (["--models", ","], "--models ','"),
+                                         (["--rates", "1gbit,fast"], "--rates"),
+                                         (["--steps", "3"], "--steps 3")])
+def test_bench_names_a_bad_model_or_job_length(argv: list[str], named: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from common.cli import main
+
+    assert main(["bench", "convergence", "--out", str(tmp_path), *argv]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "convergence.csv").exists()
