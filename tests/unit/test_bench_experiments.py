@@ -149,10 +149,18 @@ def test_convergence_runs_every_framework_on_the_first_model_from_its_worst_conf
     plan = Plan(out=tmp_path, models=("resnet", "cnn"), job_steps=30)
     launched = _fake_jobs(monkeypatch, plan, {"tensorflow": (4096 * K, 4096 * K),
                                               "mxnet": (64 * K, 256 * K)})
+    monkeypatch.setattr(JobRun, "cpu_s_per_step",
+                        lambda self, first: 0.0202 if self.spec.tuner == "meta" else 0.02)
     result = _experiments.convergence(plan)
     assert {(s.framework, s.model, s.steps) for s in launched} == {
         ("tensorflow", "resnet", 30), ("mxnet", "resnet", 30)}
-    assert len(launched) == 8  # two starts x two tuners x two frameworks
+    # two starts x two tuners x two frameworks, and each meta job's final configuration fixed
+    assert len(launched) == 12
+    fixed = [s for s in launched if s.name.endswith("-fixed")]
+    assert len(fixed) == 4 and all(s.tuner == "none" and s.start == NATIVE for s in fixed)
+    for row in result.rows:
+        if row["tuner"] == "meta":
+            assert row["cpu_vs_fixed"] == pytest.approx(1.01)
     for row in result.rows:
         grid = _measured(plan, (4096 * K, 4096 * K) if row["framework"] == "tensorflow"
                          else (64 * K, 256 * K))
@@ -160,6 +168,7 @@ def test_convergence_runs_every_framework_on_the_first_model_from_its_worst_conf
         assert row["steps_to_95pct"] == 2 * plan.window  # the first window ran at the start
     assert [n.split(" measured ")[1].split()[0] for n in result.notes] == ["tensorflow",
                                                                          "mxnet"]
+    assert "CPU +1.0%, +1.0%" in result.notes[0]
 
 
 def test_overhead_compares_each_frameworks_final_configuration_fixed(
