@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/meta_bench.py                 # the pretrained model
     .venv/bin/python benchmarks/meta_bench.py --model m.keras --repeat 50
 
+0. Loading the model as a job's tuner does (NumPy weights, no Keras), then the same model in
+   Keras (what a tuner that scored in Keras loaded): wall and CPU seconds, peak memory.
 1. One inference over all 176 candidates of the default search space (features included),
-   per shipped profile: the scorer as the tuner runs it (one XLA-compiled predict_on_batch:
-   encoder once, head over the tiled candidates), the same graph without XLA, and Keras'
-   ``model.predict`` on the training model with the job tiled (what a naive caller would do).
+   per shipped profile: the NumPy scorer as the tuner runs it (encoder once, head over the
+   candidates), and Keras' ``model.predict`` on the training model with the job tiled.
    Median and p90 of --repeat calls, measured side by side in one run (the machine is noisy).
 2. Per profile and architecture (16 workers, 3 Gbit/s: a held-out bandwidth; PS with 4
    servers), simulated speeds: the configuration the model picks vs the grid's best, and P3's
@@ -14,7 +15,7 @@
 3. One online adaptation as the coordinator runs it (the default ridge refit of the head, put
    in place in the tuner's copy of the model, background=False) on the windows of each shipped
    real testbed run (datasets/testbed_v4.npz): wall and CPU seconds, median of
-   --adapt-repeat, after one to compile the encoder.
+   --adapt-repeat, after one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -64,15 +66,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--adapt-repeat", type=int, default=5)
     args = parser.parse_args()
+    print("0. loading the model (wall s, CPU s, peak resident MiB of this process)")
+    t, c = time.perf_counter(), time.process_time()
     model = MetaModel.load(args.model)
+    print(f"{'NumPy':<12} {time.perf_counter() - t:>6.2f} {time.process_time() - c:>6.2f} "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:>7.0f}")
+    t, c = time.perf_counter(), time.process_time()
+    model.network.predict([np.zeros((1, *shape), np.float32) for shape in
+                           [i.shape[1:] for i in model.network.inputs]], verbose=0)
+    print(f"{'Keras':<12} {time.perf_counter() - t:>6.2f} {time.process_time() - c:>6.2f} "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:>7.0f}")
     grid = np.array(list(SearchSpace()))
     parts, credits = grid[:, 0], grid[:, 0] * grid[:, 1]
-    plain = MetaModel(model.network, vocabulary=model.vocabulary)
-    plain._scorer = plain._build_scorer()
-    plain._scorer.compile(jit_compile=False)
 
-    print(f"1. one inference over {len(grid)} candidates (ms, median / p90 of {args.repeat})")
-    print(f"{'model':<12} {'XLA scorer':>14} {'no XLA':>14} {'model.predict':>14}")
+    print(f"\n1. one inference over {len(grid)} candidates (ms, median / p90 of {args.repeat})")
+    print(f"{'model':<12} {'NumPy':>14} {'model.predict':>14}")
     for name in MODELS:
         job = job_of(name, workers=16, arch="allreduce", rate=10e9)
 
@@ -83,8 +91,7 @@ def main() -> None:
             return model.network.predict([np.repeat(enc.sequence[None], n, 0),
                                           np.repeat(enc.static[None], n, 0), cand], verbose=0)
 
-        cells = [timed(functools.partial(m.predict, job, parts, credits), args.repeat)
-                 for m in (model, plain)]
+        cells = [timed(functools.partial(model.predict, job, parts, credits), args.repeat)]
         cells.append(timed(naive, max(5, args.repeat // 5)))
         print(f"{name:<12} " + " ".join(f"{m:>6.1f} / {p:>5.1f}" for m, p in cells))
 
@@ -120,7 +127,7 @@ def main() -> None:
         samples = [Sample(r.job(int(j)), int(p), int(c), float(v)) for j, p, c, v in
                    zip(r["sample_job"], r["partition_bytes"], r["credit_bytes"], r["speed"],
                        strict=True)]
-        mine.take_head(adapt_head(mine, samples, background=False).result())  # compiles
+        mine.take_head(adapt_head(mine, samples, background=False).result())
         walls, cpus = [], []
         for _ in range(args.adapt_repeat):
             t, c = time.perf_counter(), time.process_time()

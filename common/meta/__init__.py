@@ -5,8 +5,9 @@ from a job's runtime statistics, so one batched inference replaces a search (DES
     model = MetaModel.load()                       # the pretrained model shipped here
     speeds = model.predict(job, partitions, credits)
 
-Only this package of ``common`` uses Keras, and only when a model is built or loaded: the
-features, datasets and tuner import without it. Importing it registers the ``meta`` tuner with
+Only this package of ``common`` uses Keras, and only to train or save a model: loading a
+model file and scoring run in NumPy, so a job's tuner imports it only to keep its adapted
+model when the job ends. Importing this package registers the ``meta`` tuner with
 ``common.tuners`` (falling back to Bayesian optimisation when no model can be loaded).
 """
 

@@ -4,14 +4,15 @@
              the static features (n, l, architecture, bandwidths, model slot)
     head:    [encoder output, candidate features] -> Dense -> Dense -> log(iteration / ref)
 
-Training runs ``encoder`` and ``head`` as one model; scoring runs the encoder once for the job
-and the head once over all candidates (the job vector is broadcast in the graph), so one
-inference scores the whole grid. The ``.keras`` file carries a stamp (``autobyte_meta.json``
-inside the zip) with the format and feature versions and the model vocabulary; a file without
-a matching stamp is refused with ModelFileError rather than silently mis-predicting.
+Training runs ``encoder`` and ``head`` as one Keras model; scoring runs the same layers in
+NumPy (``common.meta._network``): the encoder once for the job, the head once over all
+candidates, so one inference scores the whole grid. The ``.keras`` file carries a stamp
+(``autobyte_meta.json`` inside the zip) with the format and feature versions and the model
+vocabulary, and the weights as a NumPy archive; a file without a matching stamp is refused
+with ModelFileError rather than silently mis-predicting.
 
-Keras is imported lazily: ``common.meta`` imports without it, and building or loading a model
-without it raises FrameworkMissingError with the install command.
+Keras is imported lazily, to train or save a model (or to load a file without the NumPy
+weights): without it those raise FrameworkMissingError with the install command.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
+from common.meta import _network
 from common.meta._features import (
     CANDIDATE_FEATURES,
     FEATURE_VERSION,
@@ -41,6 +43,7 @@ from common.meta._features import (
     encode_job,
     speed_from_target,
 )
+from common.meta._network import ENCODER, HEAD, WEIGHTS, Weights, weights_of
 from common.output import filtered_stderr, import_tensorflow
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Head", "MetaModel", "build_network", "keras_module"]
@@ -99,19 +102,6 @@ def build_network(*, width: int = 32, lstm: int = 48, dense: int = 96, seed: int
     return keras.Model([seq2, static2, cand2], y, name="autobyte_meta")
 
 
-MIN_BATCH = 16  # batches are padded to a power of two, at least this
-
-
-def _padded(rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``rows`` with its last row repeated up to a power of two (>= MIN_BATCH) rows: compiled
-    graphs trace (XLA: compile, seconds) once per input shape, so only a few shapes occur."""
-    count = len(rows)
-    size = max(MIN_BATCH, 1 << max(0, count - 1).bit_length())
-    if not count or size == count:
-        return rows
-    return np.concatenate([rows, np.repeat(rows[-1:], size - count, axis=0)])
-
-
 @dataclasses.dataclass(frozen=True)
 class Head:
     """The weights of a network's head (what an online adaptation changes), with the
@@ -123,92 +113,60 @@ class Head:
 
 
 class MetaModel:
-    """A trained network plus its stamp; ``predict`` scores candidates in one batched call.
+    """A trained network's weights plus its stamp; ``predict`` scores candidates in NumPy
+    (``common.meta._network``), without Keras.
 
-    ``vocabulary``: the known models seen in training (others use the "unknown" slot).
+    Made from a Keras ``network`` (training) or from ``weights`` (a loaded file); ``network``
+    builds the Keras model from the weights when training needs it. ``vocabulary``: the known
+    models seen in training (others use the "unknown" slot).
     """
 
-    def __init__(self, network: Any, *, vocabulary: Sequence[str] = KNOWN_MODELS,
+    def __init__(self, network: Any = None, *, weights: Weights | None = None,
+                 vocabulary: Sequence[str] = KNOWN_MODELS,
                  info: dict[str, Any] | None = None) -> None:
-        self.network = network
+        if (network is None) == (weights is None):
+            raise ValueError("MetaModel needs a Keras network or its weights, one of them")
+        self._keras_net = network
+        self._weights: Weights = weights_of(network) if weights is None else dict(weights)
         self.vocabulary = tuple(vocabulary)
         self.info = dict(info or {})
-        self._scorer: Any = None
-        self._encoder: Any = None
         self._lock = threading.Lock()
 
-    def _build_scorer(self) -> Any:
-        """One Keras model: job inputs with batch 1, candidates with batch C."""
-        keras = keras_module()
-        encoder = self.network.get_layer("encoder")
-        head = self.network.get_layer("head")
-        seq = keras.Input((SEQ_LEN, SEQ_FEATURES), name="sequence")
-        static = keras.Input((STATIC_FEATURES,), name="static")
-        cand = keras.Input((CANDIDATE_FEATURES,), name="candidate")
-        vector = encoder([seq, static])
-        tiled = keras.layers.Lambda(
-            lambda t: keras.ops.broadcast_to(t[0], (keras.ops.shape(t[1])[0],
-                                                    keras.ops.shape(t[0])[1])),
-            name="tile")([vector, cand])
-        scorer = keras.Model([seq, static, cand], head([tiled, cand]))
-        scorer.compile(jit_compile=True)  # XLA: about 5x faster for a grid on this CPU
-        return scorer
+    @property
+    def network(self) -> Any:
+        """The Keras model with these weights (built on first use; needs Keras)."""
+        with self._lock:
+            if self._keras_net is None:
+                self._keras_net = self._keras(self._weights)
+            return self._keras_net
+
+    def keras_copy(self) -> Any:
+        """A new Keras model with these weights, e.g. to train on (needs Keras)."""
+        return self._keras(self._weights)
+
+    @staticmethod
+    def _keras(weights: Weights) -> Any:
+        network = build_network(width=weights["embed"][0].shape[-1],
+                                lstm=weights["lstm1"][1].shape[0],
+                                dense=weights["dense1"][0].shape[-1])
+        for part, names in (("encoder", ENCODER), ("head", HEAD)):
+            model = network.get_layer(part)
+            for name in names:
+                model.get_layer(name).set_weights(list(weights[name]))
+        return network
 
     def predict_targets(self, job: MetaInput, partitions: npt.ArrayLike,
                         credits: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], Any]:
         encoded = encode_job(job, vocabulary=self.vocabulary)
         cands = encode_candidates(encoded, partitions, credits)
-        count = len(cands)
-        cands = _padded(cands)
-        inputs = [encoded.sequence[None], encoded.static[None], cands]
-        with self._lock:
-            if self._scorer is None:
-                with filtered_stderr():  # XLA's compile narrates itself in C++
-                    self._scorer = self._build_scorer()
-                    out = self._score(inputs)
-            else:
-                out = self._score(inputs)
-        return np.asarray(out, np.float64).reshape(-1)[:count], encoded
-
-    def _score(self, inputs: list[Any]) -> Any:
-        assert self._scorer is not None
-        try:
-            return self._scorer.predict_on_batch(inputs)
-        except Exception:  # no XLA for this backend or device: plain graph mode
-            self._scorer.compile(jit_compile=False)
-            return self._scorer.predict_on_batch(inputs)
+        weights = self._weights  # one set, whatever an adaptation puts in place meanwhile
+        vector = _network.encode(weights, encoded.sequence[None], encoded.static[None])
+        return _network.score(weights, vector, cands).reshape(-1), encoded
 
     def encode(self, sequence: npt.NDArray[np.float32],
                static: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-        """The encoder's vectors for a batch of jobs (what adaptation fits the head on), in a
-        compiled graph padded to a few batch sizes (eager, a dozen windows took 0.7 s here)."""
-        count = len(sequence)
-        sequence, static = _padded(sequence), _padded(static)
-        with self._lock:
-            if self._encoder is None:
-                keras = keras_module()
-                seq = keras.Input((SEQ_LEN, SEQ_FEATURES), name="sequence")
-                stat = keras.Input((STATIC_FEATURES,), name="static")
-                self._encoder = keras.Model([seq, stat],
-                                            self.network.get_layer("encoder")([seq, stat]))
-                self._encoder.compile(jit_compile=False)
-                with filtered_stderr():  # the first graph run narrates oneDNN's fallbacks
-                    out = self._encoder.predict_on_batch([sequence, static])
-            else:
-                out = self._encoder.predict_on_batch([sequence, static])
-        return np.asarray(out, np.float64)[:count]
-
-    def warm_up(self, candidates: int = 256) -> None:
-        """Compile the scorer for one and for ``candidates`` candidates now (e.g. when a
-        coordinator starts, before training), not at the first windows while training runs."""
-        job = MetaInput(layer_backward_s=(0.01, 0.01), layer_bytes=(4096, 4096), workers=2,
-                        arch="ps", bandwidth_down_bps=1e9, bandwidth_up_bps=1e9)
-        for count in (1, candidates):
-            self.predict(job, np.full(count, 65536), np.full(count, 65536))
-        encoded = encode_job(job, vocabulary=self.vocabulary)
-        for count in (MIN_BATCH, 2 * MIN_BATCH):  # adaptation: up to 20 recent windows
-            self.encode(np.repeat(encoded.sequence[None], count, 0),
-                        np.repeat(encoded.static[None], count, 0))
+        """The encoder's vectors for a batch of jobs (what adaptation fits the head on)."""
+        return _network.encode(self._weights, sequence, static)
 
     def predict(self, job: MetaInput, partitions: npt.ArrayLike,
                 credits: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -218,36 +176,34 @@ class MetaModel:
 
     def head(self) -> Head:
         """A copy of the head's weights, with this model's vocabulary and stamp info."""
-        with self._lock:
-            weights = self.network.get_layer("head").get_weights()
-        return Head(tuple(weights), self.vocabulary, dict(self.info))
+        weights = self._weights
+        return Head(tuple(w.astype(np.float32) for name in HEAD for w in weights[name]),
+                    self.vocabulary, dict(self.info))
 
     def take_head(self, head: Head) -> None:
-        """Put ``head`` (an online adaptation of this model's) in place: its weights are
-        copied into this network, whose compiled scorer reads them as variables, so the next
-        prediction needs no new XLA compile (seconds of rank 0's CPU while training runs, for
-        every adaptation: the coordinator logs how long its first compile, the warm-up,
-        took), and no copy of the network is made."""
+        """Put ``head`` (an online adaptation of this model's) in place; the encoder's
+        weights are shared, not copied."""
         if head.vocabulary != self.vocabulary:
             raise ConfigError(f"an adapted head must come from the same model: vocabulary "
                               f"{head.vocabulary} differs from {self.vocabulary}")
+        layers = dict(self._weights)
+        arrays = [np.asarray(w, np.float64) for w in head.weights]
+        for i, name in enumerate(HEAD):
+            if [w.shape for w in arrays[2 * i:2 * i + 2]] != [w.shape for w in layers[name]]:
+                raise ConfigError(f"an adapted head must have the head's shapes: {name} "
+                                  f"differs")
+            layers[name] = tuple(arrays[2 * i:2 * i + 2])
         with self._lock:
-            self.network.get_layer("head").set_weights(list(head.weights))
+            self._weights = layers
             self.info = dict(head.info)
+            if self._keras_net is not None:
+                self._keras_net.get_layer("head").set_weights(list(head.weights))
 
     def with_head(self, head: Head) -> MetaModel:
         """A copy of this model with ``head`` in place (this one is not changed)."""
-        copy = MetaModel(self._network_copy(), vocabulary=self.vocabulary, info=self.info)
+        copy = MetaModel(weights=self._weights, vocabulary=self.vocabulary, info=self.info)
         copy.take_head(head)
         return copy
-
-    def _network_copy(self) -> Any:
-        """The network with the same weights, and no optimizer state."""
-        keras = keras_module()
-        with self._lock:
-            clone = keras.models.clone_model(self.network)
-            clone.set_weights(self.network.get_weights())
-        return clone
 
     def save(self, path: str | Path) -> Path:
         """Write one ``.keras`` file with the stamp (atomically: a reader never sees half)."""
@@ -256,14 +212,15 @@ class MetaModel:
             raise ModelFileError(f"a meta-network file must end in .keras, got {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")
-        bare = self._network_copy()  # without optimizer state: half the size, same predictions
+        weights = self._weights
         try:
-            bare.save(tmp)
+            self._keras(weights).save(tmp)  # a new model: no optimizer state
             stamp = {"format": FORMAT, "format_version": FORMAT_VERSION,
                      "feature_version": FEATURE_VERSION, "vocabulary": list(self.vocabulary),
                      "info": self.info}
             with zipfile.ZipFile(tmp, "a") as archive:
                 archive.writestr(STAMP, json.dumps(stamp, indent=1, default=str))
+                archive.writestr(WEIGHTS, _network.to_npz(weights), zipfile.ZIP_DEFLATED)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -273,8 +230,9 @@ class MetaModel:
     def load(cls, path: str | Path | None = None) -> MetaModel:
         """Load a stamped file (default: the pretrained model shipped with the package).
 
-        Raises ModelFileError when the file is missing, corrupted or from another version,
-        FrameworkMissingError when Keras is not installed."""
+        Reads the weights the file keeps for NumPy, so no Keras is needed. Raises
+        ModelFileError when the file is missing, corrupted or from another version;
+        FrameworkMissingError for a file without those weights when Keras is missing."""
         path = Path(path) if path is not None else PRETRAINED
         if not path.is_file():
             raise ModelFileError(f"no meta-network file at {path}; train one with "
@@ -282,6 +240,7 @@ class MetaModel:
         try:
             with zipfile.ZipFile(path) as archive:
                 stamp = json.loads(archive.read(STAMP))
+                packed = archive.read(WEIGHTS) if WEIGHTS in archive.namelist() else None
         except KeyError:
             raise ModelFileError(f"{path} is a .keras file without an AutoByte stamp "
                                  f"({STAMP}); it is not a meta-network") from None
@@ -293,13 +252,16 @@ class MetaModel:
         if found != expected:
             raise ModelFileError(f"{path} is incompatible: it has {found}, this AutoByte needs "
                                  f"{expected}; retrain with `autobyte meta train`")
-        keras = keras_module()
+        vocabulary, info = stamp.get("vocabulary", KNOWN_MODELS), stamp.get("info", {})
+        if packed is not None:
+            return cls(weights=_network.from_npz(packed, str(path)), vocabulary=vocabulary,
+                       info=info)
+        keras = keras_module()  # a file saved before its weights were kept for NumPy
         try:
             network = keras.saving.load_model(path, compile=False, safe_mode=True)
-            network.get_layer("encoder")
-            network.get_layer("head")
+            weights = _network.weights_of(network)
         except Exception as exc:  # Keras raises many types for a damaged archive
             raise ModelFileError(f"{path} could not be loaded as a meta-network: "
                                  f"{type(exc).__name__}: {exc}") from None
-        return cls(network, vocabulary=stamp.get("vocabulary", KNOWN_MODELS),
-                   info=stamp.get("info", {}))
+        _network._check_shapes(weights, str(path))
+        return cls(network, vocabulary=vocabulary, info=info)

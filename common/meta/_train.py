@@ -129,10 +129,7 @@ def fine_tune(model: MetaModel, dataset: Dataset, *, epochs: int = 15, batch_siz
     encoder frozen; same vocabulary) on ``dataset``, e.g. simulated plus testbed data;
     ``model`` itself is not changed."""
     _check_fit(epochs, batch_size, validation, testbed_weight)
-    keras = keras_module()
-    with model._lock:
-        network = keras.models.clone_model(model.network)
-        network.set_weights(model.network.get_weights())
+    network = model.keras_copy()
     if head_only:
         network.get_layer("encoder").trainable = False
     data = arrays(dataset, model.vocabulary)

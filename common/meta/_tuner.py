@@ -53,7 +53,7 @@ class MetaTuner(Tuner):
             raise ConfigError(f"predictor must have predict(job, partitions, credits), "
                               f"got predictor={predictor!r}")
         self.predictor = predictor
-        # adaptations update an owned model's head in place (its compiled scorer stays valid)
+        # adaptations update an owned model's head in place (no copy of its encoder)
         self.owns_predictor = owns_predictor
         self.servers = servers
         self.adapted_path = Path(adapted_path) if adapted_path is not None else None
@@ -74,13 +74,6 @@ class MetaTuner(Tuner):
         self._fallback = BayesianTuner(space=self.space, seed=seed, base=self.base)
         self._warned = False
         self.adaptations = 0  # adapted models taken into use (logged once, at close)
-
-    def warm_up(self) -> None:
-        """Compile the network's scorer for this space now (the coordinator calls it when it
-        starts), so the first windows are not answered seconds late."""
-        warm = getattr(self.predictor, "warm_up", None)
-        if callable(warm):
-            warm(len(self._points))
 
     def observe(self, config: Config, speed: float) -> None:
         super().observe(config, speed)
@@ -187,7 +180,7 @@ class MetaTuner(Tuner):
             self._adaptation = None
             try:
                 head = job.result()
-                if self.owns_predictor:  # in place: no new scorer to compile
+                if self.owns_predictor:  # in place: the encoder's weights stay shared
                     self.predictor.take_head(head)  # type: ignore[attr-defined]
                 else:  # never change a model the caller handed in; the copy is ours
                     self.predictor = self.predictor.with_head(head)  # type: ignore[attr-defined]
@@ -232,8 +225,8 @@ def create_meta_tuner(*, space: SearchSpace | None = None, seed: int = 0,
                       base: Config | None = None, model_path: str | Path | None = None,
                       predictor: Predictor | None = None, **options: Any) -> Tuner:
     """The ``meta`` tuner with the model at ``model_path`` (default: AUTOBYTE_META_MODEL, else
-    the pretrained model). A missing, corrupted or incompatible file, or no Keras, gives
-    Bayesian optimisation instead, with a warning saying why."""
+    the pretrained model). A missing, corrupted or incompatible file (or one that needs Keras
+    to load, without it) gives Bayesian optimisation instead, with a warning saying why."""
     if predictor is None:
         from common.meta._model import MetaModel
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -26,6 +28,7 @@ from common.meta import (
     MetaModel,
     MetaTuner,
     Sample,
+    _network,
     adapt,
     create_meta_tuner,
     evaluate,
@@ -33,6 +36,7 @@ from common.meta import (
     train,
 )
 from common.meta._model import STAMP
+from common.meta._network import WEIGHTS
 from common.meta._train import adapt_head, arrays
 from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace
 
@@ -100,13 +104,58 @@ def test_bad_files_raise_model_file_error(saved: Path, tmp_path: Path) -> None:
                              "feature_version": 1})
     with pytest.raises(ModelFileError, match="incompatible"):
         MetaModel.load(future)
-    damaged = tmp_path / "damaged.keras"
-    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(damaged, "w") as zout:
+    for member, match in ((WEIGHTS, "weights .* are damaged"), (".h5", "could not be loaded")):
+        damaged = tmp_path / "damaged.keras"
+        with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(damaged, "w") as zout:
+            for item in zin.infolist():
+                body = zin.read(item.filename)
+                if item.filename == WEIGHTS and member != WEIGHTS:
+                    continue  # a file of before the NumPy weights: Keras reads its .h5
+                zout.writestr(item, body[:100] if item.filename.endswith(member) else body)
+        with pytest.raises(ModelFileError, match=match):
+            MetaModel.load(damaged)
+    other = tmp_path / "other.keras"  # weights of another network's shapes
+    tiny = MetaModel(weights={k: tuple(w[..., :1] if w.ndim else w for w in v)
+                              for k, v in MetaModel.load(saved)._weights.items()})
+    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(other, "w") as zout:
         for item in zin.infolist():
-            body = zin.read(item.filename)
-            zout.writestr(item, body[:100] if item.filename.endswith(".h5") else body)
-    with pytest.raises(ModelFileError, match="could not be loaded"):
-        MetaModel.load(damaged)
+            if item.filename != WEIGHTS:
+                zout.writestr(item, zin.read(item.filename))
+        zout.writestr(WEIGHTS, _network.to_npz(tiny._weights))
+    with pytest.raises(ModelFileError, match="layer lstm1 has weights of shapes"):
+        MetaModel.load(other)
+
+
+def test_a_file_without_numpy_weights_loads_through_keras_alike(saved: Path, tmp_path: Path,
+                                                                 data: Dataset) -> None:
+    older = tmp_path / "older.keras"
+    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(older, "w") as zout:
+        for item in zin.infolist():
+            if item.filename != WEIGHTS:
+                zout.writestr(item, zin.read(item.filename))
+    parts, credits = grid()
+    np.testing.assert_allclose(MetaModel.load(older).predict(data.job(3), parts, credits),
+                               MetaModel.load(saved).predict(data.job(3), parts, credits),
+                               rtol=1e-6)
+
+
+def test_the_shipped_model_scores_without_keras() -> None:
+    """What a tuned job's coordinator imports: loading the shipped file and scoring a grid
+    brings in neither Keras nor TensorFlow (they cost rank 0's host seconds and a GiB)."""
+    code = ("import sys, numpy as np\n"
+            "from common.meta import MetaInput, MetaModel\n"
+            "from common.tuners import SearchSpace\n"
+            "m = MetaModel.load()\n"
+            "job = MetaInput(layer_backward_s=(0.01, 0.02), layer_bytes=(4096, 1 << 20),\n"
+            "                workers=2, arch='ps', bandwidth_down_bps=1e9,\n"
+            "                bandwidth_up_bps=1e9)\n"
+            "p = np.array([c[0] for c in SearchSpace()])\n"
+            "s = m.predict(job, p, p * 4)\n"
+            "assert s.shape == p.shape and np.isfinite(s).all() and (s > 0).all()\n"
+            "print(sorted(n for n in ('keras', 'tensorflow') if n in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def test_tuner_falls_back_on_an_incompatible_file(saved: Path, tmp_path: Path,
@@ -217,16 +266,17 @@ def test_tuner_adapts_in_the_background_and_keeps_the_model(model: MetaModel, da
     assert before is not None and after is not None
     target = windows[0].speed
     assert abs(after[0] - target) < abs(before[0] - target)
-    # the adapted copy is the tuner's own: later adaptations update its head in place, so
-    # its compiled scorer stays (no XLA compile per adaptation); the caller's model is kept
-    owned, scorer = tuner.predictor, tuner.predictor._scorer  # type: ignore[attr-defined]
-    assert scorer is not None
+    # the adapted copy is the tuner's own: later adaptations update its head in place, and
+    # its encoder's weights are the caller's model's, not copied
+    owned = tuner.predictor
+    encoder = owned._weights["lstm1"]  # type: ignore[attr-defined]
+    assert encoder is model._weights["lstm1"]
     slower = [window(w.config.partition_bytes, w.config.credit_bytes, w.speed / 2)
               for w in windows]
     tuner.adapt(slower)
     assert tuner.wait_adaptation(timeout=300)
     again = tuner.predict([windows[0].config])
-    assert tuner.predictor is owned and owned._scorer is scorer  # type: ignore[attr-defined]
+    assert tuner.predictor is owned and owned._weights["lstm1"] is encoder  # type: ignore[attr-defined]
     assert again is not None and abs(again[0] - slower[0].speed) < abs(after[0] - slower[0].speed)
     np.testing.assert_allclose(
         owned.predict(job, [windows[0].config.partition_bytes],  # type: ignore[attr-defined]
@@ -262,27 +312,32 @@ def test_the_shipped_model_loads_and_is_the_meta_tuner() -> None:
     assert isinstance(create("meta"), MetaTuner)
 
 
-def test_candidate_batches_are_padded_without_changing_predictions(model: MetaModel,
-                                                                  data: Dataset) -> None:
-    """XLA compiles once per shape, so batches are padded to powers of two (>= 16): each
-    candidate's prediction is the same alone, in a small batch and in the whole grid."""
+def test_numpy_scoring_is_the_keras_networks(model: MetaModel, data: Dataset) -> None:
+    """Each candidate's prediction is the same alone, in a small batch and in the whole grid,
+    and the NumPy layers give what the Keras network gives: the whole model's targets, and
+    the encoder's vectors of jobs of different lengths in one masked batch."""
+    from common.meta._train import predict_speeds
+
     parts, credits = grid()
     job = data.job(2)
     whole = model.predict(job, parts, credits)
     assert whole.shape == (len(parts),)
     for i in (0, 7, len(parts) - 1):
         np.testing.assert_allclose(model.predict(job, parts[i:i + 1], credits[i:i + 1]),
-                                   whole[i:i + 1], rtol=1e-5)
-    np.testing.assert_allclose(model.predict(job, parts[:3], credits[:3]), whole[:3], rtol=1e-5)
-    model.warm_up(len(parts))  # compiles the shapes the tuner uses; predictions unchanged
-    np.testing.assert_allclose(model.predict(job, parts, credits), whole, rtol=1e-6)
-    # the compiled, padded encoder adaptation uses gives the network's own vectors
+                                   whole[i:i + 1], rtol=1e-6)
+    np.testing.assert_allclose(model.predict(job, parts[:3], credits[:3]), whole[:3], rtol=1e-6)
     batch = arrays(data, model.vocabulary)
+    lengths = (batch.sequence != 0).any(axis=-1).sum(axis=1)
+    assert len(set(lengths.tolist())) > 1  # the batch mixes lengths: masking is exercised
     for count in (3, 17):
         eager = model.network.get_layer("encoder")(
             [batch.sequence[:count], batch.static[:count]], training=False)
         np.testing.assert_allclose(model.encode(batch.sequence[:count], batch.static[:count]),
                                    np.asarray(eager), rtol=1e-4, atol=1e-5)
+    ours = np.array([model.predict(data.job(int(j)), [p], [c])[0] for j, p, c in
+                     zip(data["sample_job"][:20], data["partition_bytes"][:20],
+                         data["credit_bytes"][:20], strict=True)])
+    np.testing.assert_allclose(ours, predict_speeds(model, batch)[:20], rtol=1e-4)
 
 
 def test_ridge_adaptation_refits_only_the_output_layer(model: MetaModel, data: Dataset) -> None:
