@@ -77,7 +77,6 @@ class Coordinator:
             raise ControlError(f"coordinator cannot bind {bind!r}: {exc}") from None
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._peers: dict[bytes, str] = {}
-        self._warmed = False  # the tuner's warm-up ran (at start, or when first idle)
         self._answered: dict[bytes, float] = {}  # senders of forged messages, when answered
         self._strikes: dict[bytes, int] = {}  # forged messages per sender
         self._muted: dict[bytes, float] = {}  # sender -> until when it is not heard
@@ -106,11 +105,7 @@ class Coordinator:
         log.info("coordinator listening on %s for %d worker(s)", self.endpoint, num_workers)
 
     def start(self) -> Coordinator:
-        """Serve on a daemon thread (it never keeps the process alive), once the tuner is
-        warmed up here: a host's training has not started yet, while the compile would cost
-        it seconds of CPU in its first windows (and bias the guard's first measure of native
-        on two cores: MXNet deep read 310-430 samples/s there against 508 in a native job)."""
-        self.warm_up()
+        """Serve on a daemon thread (it never keeps the process alive)."""
         with self._lock:
             if self._closed or self._thread is not None:
                 return self
@@ -119,12 +114,6 @@ class Coordinator:
             self._thread.start()
         atexit.register(self.close)
         return self
-
-    def warm_up(self) -> None:
-        """Compile the tuner's model now (once), rather than on the first window."""
-        warm = getattr(self.loop.tuner, "warm_up", None)
-        if callable(warm) and not self._warmed:
-            self._warm_up(warm)
 
     def run(self) -> None:
         """Serve in this thread until ``close`` (another thread), Ctrl-C or, with
@@ -188,14 +177,10 @@ class Coordinator:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         next_beat = time.monotonic()
-        warm = None if self._warmed else getattr(self.loop.tuner, "warm_up", None)
         try:
             while not self._stop.is_set():
                 if poller.poll(timeout=100):
                     self._drain()
-                elif callable(warm):  # idle (workers still starting): compile the model now
-                    self._warm_up(warm)
-                    warm = None
                 if time.monotonic() >= next_beat:
                     self._check_peers(time.monotonic())
                     self._broadcast("heartbeat", self._heartbeat())
@@ -212,23 +197,13 @@ class Coordinator:
 
     def _record_queued(self) -> None:
         """Stopping: log what is still queued, e.g. the windows of a short job that ended
-        while the tuner compiled, as measured but not decided on (no worker would apply a
+        while the tuner was busy, as measured but not decided on (no worker would apply a
         decision now)."""
         self._stopping = True
         try:
             self._drain()
         except Exception as exc:  # stopping must not fail on a bad message
             log.warning("coordinator: handling the last messages failed: %s", exc)
-
-    def _warm_up(self, fn: Any) -> None:
-        self._warmed = True
-        started = time.monotonic()
-        try:
-            fn()
-        except Exception as exc:  # the first window compiles it then
-            log.warning("coordinator: warming up the tuner failed (%s); going on", exc)
-            return
-        log.info("coordinator: tuner warmed up in %.1f s", time.monotonic() - started)
 
     def _drain(self) -> None:
         """Handle what has arrived, then decide on the newest complete window only: older

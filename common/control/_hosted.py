@@ -3,9 +3,8 @@
 On a thread of rank 0 the tuner's predictions, adaptations and merges take the GIL and
 TensorFlow's thread pools from the training step: on this 2-core machine that cost TensorFlow's
 demo cnn 8-10% of its speed while it trained on the framework's own path. A child process at a
-lower priority (``SCHED_IDLE`` and ``nice``, every thread) runs on what training leaves idle; it
-compiles its model before that, while rank 0 waits (training has not started, and a compile
-during the first windows would bias the guard's first measure of native). The parent hands it
+lower priority (``SCHED_IDLE`` and ``nice``, every thread) runs on what training leaves idle;
+it loads its tuner's model before that, while rank 0 waits. The parent hands it
 the job on stdin and keeps the pipe open: the child stops when the pipe closes, so it also ends
 when the parent dies, however it dies. Its log lines go to the parent's stderr.
 """
@@ -142,8 +141,6 @@ def main() -> int:
             secret=bytes.fromhex(job["secret"]), tuner=tuner, lead_steps=job["lead_steps"],
             lead_s=job["lead_s"], heartbeat_s=job["heartbeat_s"], max_age_s=job["max_age_s"],
             tuner_name=config.tuner, decision_log=decisions, guard=job["guard"])
-        with filtered_stderr():
-            coordinator.warm_up()
     except Exception as exc:
         _answer(answers, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
@@ -165,9 +162,9 @@ def main() -> int:
 
 def lower_priority(nice: int) -> None:
     """Every thread of this process at ``nice`` or below, and ``SCHED_IDLE`` where there is
-    one: Linux's priorities are per thread, so ``os.nice`` left the tuner's TensorFlow pools,
-    made during warm-up, at training's priority (1.5 s of a 40 s TensorFlow job's CPU, at
-    training's weight). Threads made later inherit it."""
+    one: Linux's priorities are per thread, so ``os.nice`` would leave threads made while the
+    tuner loaded (a framework's pools) at training's priority. Threads made later inherit
+    it."""
     try:
         threads = [int(tid) for tid in os.listdir("/proc/self/task")]
     except OSError:  # no /proc: the main thread, and what it starts from now on
