@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +75,19 @@ def _run(args: argparse.Namespace) -> int:
     if any(n in TESTBED for n in names) and os.geteuid() != 0:
         print("autobyte bench: not root, so the testbed is loopback without shaping: the rates "
               "below are not applied and the comparison says little about networks")
-    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
-    if not frameworks or set(frameworks) - {"tensorflow", "mxnet"}:
-        raise AutoByteError(f"--frameworks must name tensorflow and/or mxnet, got "
-                            f"--frameworks {args.frameworks!r}")
+    frameworks = _listed(args.frameworks, "--frameworks", "tensorflow and/or mxnet",
+                         lambda f: f in ("tensorflow", "mxnet"))
     plan = dataclasses.replace(Plan.make(args.quick, out), frameworks=frameworks,
                                job_steps=args.steps)
     if args.models is not None:
-        plan = dataclasses.replace(plan, models=_models(args.models))
+        from common.progress import MODELS
+
+        plan = dataclasses.replace(plan, models=_listed(
+            args.models, "--models", f"demo models of {', '.join(MODELS)}",
+            lambda m: m in MODELS))
     if args.rates is not None:
-        plan = dataclasses.replace(plan, rates=_rates(args.rates))
+        plan = dataclasses.replace(plan, rates=_listed(
+            args.rates, "--rates", "link rates such as 1gbit", _is_rate))
     if args.steps is not None and args.steps < 2 * plan.window:
         raise AutoByteError(f"--steps must be at least two windows ({2 * plan.window}), got "
                             f"--steps {args.steps}")
@@ -129,25 +133,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _models(text: str) -> tuple[str, ...]:
-    from common.progress import MODELS
+def _listed(text: str, option: str, allowed: str,
+            valid: Callable[[str], bool]) -> tuple[str, ...]:
+    """A comma-separated option's items, each ``valid``, at least one."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not items or not all(valid(item) for item in items):
+        raise AutoByteError(f"{option} must name {allowed}, got {option} {text!r}")
+    return items
 
-    models = tuple(m.strip() for m in text.split(",") if m.strip())
-    if not models or set(models) - set(MODELS):
-        raise AutoByteError(f"--models must name demo models of {', '.join(MODELS)}, got "
-                            f"--models {text!r}")
-    return models
 
-
-def _rates(text: str) -> tuple[str, ...]:
+def _is_rate(text: str) -> bool:
     from common.units import parse_rate
 
-    rates = tuple(r.strip() for r in text.split(",") if r.strip())
-    if not rates:
-        raise AutoByteError(f"--rates must name link rates such as 1gbit, got --rates {text!r}")
-    for rate in rates:
-        parse_rate(rate, "--rates")
-    return rates
+    try:
+        parse_rate(text, "--rates")
+    except AutoByteError:
+        return False
+    return True
 
 
 def _write_summary(out: Path, lines: list[str]) -> None:

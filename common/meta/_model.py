@@ -137,7 +137,7 @@ class MetaModel:
         """The Keras model with these weights (built on first use; needs Keras)."""
         with self._lock:
             if self._keras_net is None:
-                self._keras_net = self._keras(self._weights)
+                self._keras_net = self.keras_copy()
             return self._keras_net
 
     def keras_copy(self) -> Any:
@@ -263,5 +263,5 @@ class MetaModel:
         except Exception as exc:  # Keras raises many types for a damaged archive
             raise ModelFileError(f"{path} could not be loaded as a meta-network: "
                                  f"{type(exc).__name__}: {exc}") from None
-        _network._check_shapes(weights, str(path))
+        _network.check_shapes(weights, str(path))
         return cls(network, vocabulary=vocabulary, info=info)

@@ -1,8 +1,8 @@
 """The meta-network's forward pass in NumPy: what a running job's tuner computes.
 
-Training needs Keras; scoring candidates does not. Loading the network in Keras and compiling
-its scorer took rank 0's host 12 s of CPU and 0.9 GiB before every tuned job, on a core the
-job shares, and an MXNet job needed TensorFlow for it. Here the weights come from the model
+Training needs Keras; scoring candidates does not. Loading the network in Keras costs rank 0's
+host seconds of CPU and most of a GiB before every tuned job, on cores the job shares, and an
+MXNet job would need TensorFlow for it. Here the weights come from the model
 file (``WEIGHTS``, a NumPy archive inside the ``.keras`` zip) and the same layers run in a few
 array operations: Masking, a per-layer Dense embedding (relu), two LSTMs (Keras's gate order
 i, f, c, o; masked steps keep the state), the static features concatenated, then the head's
@@ -22,7 +22,7 @@ import numpy.typing as npt
 from common.errors import ModelFileError
 from common.meta._features import CANDIDATE_FEATURES, SEQ_FEATURES, STATIC_FEATURES
 
-__all__ = ["ENCODER", "HEAD", "WEIGHTS", "Weights", "encode", "from_npz", "score",
+__all__ = ["ENCODER", "HEAD", "WEIGHTS", "Weights", "check_shapes", "encode", "from_npz", "score",
            "to_npz", "weights_of"]
 
 WEIGHTS = "autobyte_weights.npz"  # the member of the .keras zip that scoring reads
@@ -64,11 +64,13 @@ def from_npz(data: bytes, source: str) -> dict[str, tuple[npt.NDArray[np.float64
                    for name, count in _COUNTS.items()}
     except KeyError as exc:
         raise ModelFileError(f"{source}: its weights ({WEIGHTS}) lack {exc}") from None
-    _check_shapes(weights, source)
+    check_shapes(weights, source)
     return weights
 
 
-def _check_shapes(weights: Weights, source: str) -> None:
+def check_shapes(weights: Weights, source: str) -> None:
+    """ModelFileError naming ``source`` unless the layers' shapes fit each other and the
+    features."""
     width = weights["embed"][0].shape[-1]
     units = weights["lstm1"][1].shape[0]
     dense = weights["dense1"][0].shape[-1]
@@ -92,9 +94,9 @@ def _sigmoid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def _lstm_step(x: npt.NDArray[np.float64], h: npt.NDArray[np.float64],
-               c: npt.NDArray[np.float64], kernels: tuple[npt.NDArray[np.float64], ...]
+               c: npt.NDArray[np.float64], recurrent: npt.NDArray[np.float64]
                ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    _, recurrent, _ = kernels
+    """One step of a Keras LSTM, ``x`` already projected by its kernel and bias."""
     units = recurrent.shape[0]
     z = x + h @ recurrent
     gates = _sigmoid(z)
@@ -118,8 +120,8 @@ def encode(weights: Weights, sequence: npt.ArrayLike, static: npt.ArrayLike
     h1 = c1 = h2 = c2 = np.zeros((len(seq), units))
     every = bool(mask[:, :steps].all())
     for t in range(steps):
-        n1, m1 = _lstm_step(x1[:, t], h1, c1, first)
-        n2, m2 = _lstm_step(n1 @ second[0] + second[2], h2, c2, second)
+        n1, m1 = _lstm_step(x1[:, t], h1, c1, first[1])
+        n2, m2 = _lstm_step(n1 @ second[0] + second[2], h2, c2, second[1])
         if every:
             h1, c1, h2, c2 = n1, m1, n2, m2
         else:
