@@ -179,4 +179,8 @@ def test_tensorflow_ends_a_120_s_outage_after_the_default_grace_period_with_its_
     grace = Config().grace_s
     print(f"TensorFlow ended {ended - outage.began:.1f} s into a 120 s outage "
           f"(grace {grace:g} s)")
-    assert grace <= ended - outage.began <= grace + 40.0, ended - outage.began
+    # TensorFlow's coordination service declares a task dead once it has heard no heartbeat
+    # for grace_s, and a task sends one every grace_s / 2: the last may precede the cut by
+    # up to that much. Before grace / 2 would be TensorFlow's own 10 s, after grace + 40 s
+    # the outage waited out.
+    assert grace / 2 <= ended - outage.began <= grace + 40.0, ended - outage.began
