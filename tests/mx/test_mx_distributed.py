@@ -222,7 +222,7 @@ def test_optimizer_on_the_workers_when_asked(tmp_path: Path, native_refs: Native
 
 
 @pytest.mark.parametrize(("workers", "servers", "update_on_kvstore"),
-                         [(2, 1, "1"), (2, 1, "0"), (3, 2, "1"), (3, 2, "0")])
+                         [(2, 1, "0"), (3, 2, "1")])
 def test_two_devices_per_worker_match_native(tmp_path: Path, native_refs: NativeRefs,
                                              workers: int, servers: int,
                                              update_on_kvstore: str) -> None:
