@@ -5,6 +5,9 @@
                                         # sweep, overhead (testbed), scale (simulated)
     autobyte bench convergence --frameworks mxnet --models resnet --rates 1gbit --steps 60
                                         # on a model of second-long steps, at one rate
+    autobyte bench convergence --frameworks tensorflow --models resnet --partitions 256KiB,1MiB,4MiB
+                                        # a grid without small blocks, which on a large
+                                        # model mean thousands of collectives a step
 
 Each experiment trains real jobs on the local testbed (root: hosts in network namespaces with
 shaped links; otherwise loopback, unshaped, and the rates mean nothing: it says so), prints a
@@ -52,6 +55,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="steps of each convergence, dynamic and overhead job (each "
                    "experiment's own by default: fewer suit models of second-long steps)")
+    p.add_argument("--partitions", default=None,
+                   help="comma-separated partition sizes of the measured grid (each with "
+                   "credits of 1, 4 and 16 partitions); default 16KiB,64KiB,256KiB,1MiB,4MiB")
     p.set_defaults(func=_run)
 
 
@@ -88,6 +94,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.rates is not None:
         plan = dataclasses.replace(plan, rates=_listed(
             args.rates, "--rates", "link rates such as 1gbit", _is_rate))
+    if args.partitions is not None:
+        plan = dataclasses.replace(plan, partitions=tuple(_partition(p) for p in _listed(
+            args.partitions, "--partitions", "sizes such as 256KiB", _is_partition)))
     if args.steps is not None and args.steps < 2 * plan.window:
         raise AutoByteError(f"--steps must be at least two windows ({2 * plan.window}), got "
                             f"--steps {args.steps}")
@@ -150,6 +159,25 @@ def _is_rate(text: str) -> bool:
     except AutoByteError:
         return False
     return True
+
+
+def _is_partition(text: str) -> bool:
+    try:
+        _partition(text)
+    except AutoByteError:
+        return False
+    return True
+
+
+def _partition(text: str) -> int:
+    from common.config import MAX_PARTITION_BYTES, MIN_PARTITION_BYTES
+    from common.units import parse_bytes
+
+    size = parse_bytes(text, "--partitions")
+    if not MIN_PARTITION_BYTES <= size <= MAX_PARTITION_BYTES:
+        raise AutoByteError(f"a partition of {text} is outside {MIN_PARTITION_BYTES} to "
+                            f"{MAX_PARTITION_BYTES} bytes")
+    return size
 
 
 def _write_summary(out: Path, lines: list[str]) -> None:

@@ -189,6 +189,8 @@ def test_overhead_compares_each_frameworks_final_configuration_fixed(
 @pytest.mark.parametrize("argv, named", [(["--models", "cnn,bert"], "--models 'cnn,bert'"),
                                          (["--models", ","], "--models ','"),
                                          (["--rates", "1gbit,fast"], "--rates"),
+                                         (["--partitions", "256KiB,2KiB"], "--partitions"),
+                                         (["--partitions", "big"], "--partitions 'big'"),
                                          (["--steps", "3"], "--steps 3")])
 def test_bench_names_a_bad_model_or_job_length(argv: list[str], named: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -197,3 +199,27 @@ def test_bench_names_a_bad_model_or_job_length(argv: list[str], named: str, tmp_
     assert main(["bench", "convergence", "--out", str(tmp_path), *argv]) == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "convergence.csv").exists()
+
+
+def test_bench_options_reach_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from common.bench import _experiments
+    from common.cli import main
+
+    seen: list[_experiments.Plan] = []
+
+    def convergence(plan: _experiments.Plan) -> _experiments.Result:
+        seen.append(plan)
+        return _experiments.Result("convergence", [{"a": 1}], "table")
+
+    monkeypatch.setitem(_experiments.EXPERIMENTS, "convergence", convergence)
+    assert main(["bench", "convergence", "--out", str(tmp_path), "--frameworks", "mxnet",
+                 "--models", "resnet", "--rates", "1gbit", "--steps", "60",
+                 "--partitions", "256KiB,1MiB"]) == 0
+    (plan,) = seen
+    assert (plan.frameworks, plan.models, plan.rates, plan.job_steps) == (
+        ("mxnet",), ("resnet",), ("1gbit",), 60)
+    assert plan.partitions == (256 * 1024, 1024 * 1024)
+    assert _experiments.grid_configs(plan)[:3] == [(256 * 1024, 256 * 1024 * m)
+                                                  for m in plan.multiples]
+    assert "table" in capsys.readouterr().out
