@@ -1,83 +1,15 @@
 """The coordinator's decision loop, free of sockets: observation in, decision (or none) out.
 
-Per merged window: tell the tuner what the configuration in force achieved, ask it for a
-proposal, attach predictions (the tuner's own when it has a model, otherwise the speed this
-job measured for that configuration earlier), let the trigger decide, log everything, and
-turn a switch into a Decision at a step far enough ahead that every worker hears it first:
-``lead_steps`` (what the adapter needs: how late it hears of a window, how early it must know)
-plus ``lead_s`` (the message's way, at the measured step time) after the window, rounded up to
-a window boundary.
-While a decision is pending (its step not yet reached, or up to ``LATE_WINDOWS`` windows after it:
-an adapter that hears a decision late applies it at a later boundary), windows are observed but
-not acted on.
-The loop decides at most once per ``decide_every_s`` of training: a model's predictions cost
-the coordinator tens of milliseconds of CPU, which on a fast job (10 ms steps, 5-step windows)
-rank 0 would pay every 50 ms; the windows between are measured and logged.
+Per merged window it tells the tuner what the configuration in force achieved, asks for a
+proposal with predictions, lets the trigger decide and logs it all; a switch becomes a
+Decision at a window boundary far enough ahead that every worker hears of it first. It
+measures what switches cost this job, so the trigger makes none that cannot pay back, and
+guards against doing worse than nothing: native is measured early and again when conditions
+change, and the job never stays on a configuration measured slower than native. Why each
+rule is as it is: docs/tuning-loop.md.
 
-The loop also measures what switching costs this job: the first window on a new configuration
-carries its warm-up steps (a TensorFlow retrace, new MXNet buffers) and their time, and the
-excess over steady-state steps is the cost of that switch. The trigger gets the mean of the
-recent costs (before the first switch, the first window's warm-up: the job's first trace) and,
-as the expected remaining time (``horizon_s``), the time the job has left while its conditions
-have held since it started, and once they have changed the time it has trained under the
-conditions in force (they are assumed to last as long again), so a switch whose gain cannot pay
-for its cost is not made.
-
-The loop also guards against doing worse than nothing: native (the framework's own path,
-``scheduling`` off) is measured early in a job, as soon as a switch there costs at most
-``guard_budget`` of the time trained so far (a TensorFlow trace of a large model takes seconds: the
-first window's warm-up tells how many) or sooner, when the model ranks native far enough
-above the configuration in force to pay for the switch as a probe would, and again after
-conditions change (the speed in force moves threefold); a configuration measured slower than
-native beyond ``noise_band`` is never switched to, and one the job is on goes back to native
-after ``guard_windows`` such windows; when the guard's measurement of native comes out slower
-than the configuration it left, the job goes straight back (the trigger may still be waiting
-for its predictions to settle; a close call, one window within twice the noise band, waits
-for a second: 5-step windows swing by that much), and between two configurations
-this job measured under the same conditions, the measurements decide: no prediction moves the job
-unless the target measured faster beyond ``noise_band``. On native (where jobs start,
-``common.plan.START``), the guard measures the model's pick for one window when the model ranks it
-above its own prediction of native by more than the gain threshold and half that gain (at most
-``PROBE_GAIN_CAP``) over the horizon pays for a miss (the switches there and back, the
-window on the pick; once per conditions): a model far off on an unseen job still ranks, but its
-speeds are too low for the trigger to ever leave native; the pick stays only if it measures faster
-than native beyond ``noise_band``. The predicted gain funds this one try, not the exploration
-budget, which would hold it for minutes where a miss costs seconds of windows. When the model
-ranks native first, its best scheduled pick is tried the same way once a miss fits the exploration
-budget; after a miss, only a pick it still ranks above native once discounted by how far it
-overrated the miss (``_trial``), and the trigger's picks are discounted alike (``_overrates``).
-A configuration the guard left stays barred for ``veto_windows`` windows, adaptations included
-(a predictor that keeps overrating it would otherwise lead the job back after every
-adaptation), and after ``MAX_MISSES`` such configurations only measured ones are
-switched to until conditions change (a model far off keeps finding a new neighbour to overrate). A
-model-led move to an unmeasured configuration must also fit the exploration budget
-(``explore_share`` of the time trained, see ``_unaffordable``), and from a measured scheduled one
-it is judged as a climb is.
-On a scheduled configuration measured faster than native, the guard climbs: it measures the
-neighbour the model ranks first for one window and keeps it only if it measures faster than where
-it began (``_climb``; each climb priced as a miss, all of them within ``explore_share`` of the time
-trained under the conditions in force, unfunded by the gain), so a model that found the right
-region but cannot rank within it still gets the job to a local best. A scheduled configuration
-kept for a gain below
-``RECHECK_GAIN`` has native measured again beside it after ``RECHECK_S`` of training, then twice
-as long after each check it passes (``_recheck_due``): a phase of the machine can fake such a
-gain. The decision log says when the guard acted.
-
-When the configuration in force runs three times faster or slower than the job measured it,
-the conditions changed (a link rate): all earlier measurements are cleared at once, also where
-the trigger may not ask the predictor to adapt yet (its cooldown), so no stale measurement
-lures the job back; a window's link rate moving threefold says the same. They are kept aside
-(``_conditions.Memory``): when the link rate and the speed in force match what was measured
-under conditions seen before, their measurements come back and the guard goes to the fastest
-of them at once, instead of measuring native and probing again.
-
-Tuners need only ``propose()`` and ``observe(config, speed)``. Optional hooks, used when
-present: ``observe_window(observation)`` (the Table II features of each window decided on,
-before ``propose``),
-``predict(configs) -> speeds`` (a model: the meta-network), ``candidates`` (a list or a method
-returning the Configs it can score: the best few other ones are offered to the trigger and
-logged), and ``adapt(observations)`` or ``reset()`` (the trigger saw predictions drift: the
-environment changed).
+Tuners need only ``propose()`` and ``observe(config, speed)``; ``observe_window``,
+``predict``, ``candidates``, ``adapt`` and ``reset`` are used when present.
 """
 
 from __future__ import annotations
@@ -472,7 +404,7 @@ class TuningLoop:
 
     def _guard(self, verdict: Verdict, candidates: Sequence[Candidate] = (),
                predicted_current: float | None = None) -> Verdict | None:
-        """Native first, and never worse than native (see the module docstring); None keeps
+        """Native first, and never worse than native (docs/tuning-loop.md); None keeps
         the trigger's verdict."""
         self._windows += 1
         native = self.measured(self.native)
