@@ -95,8 +95,13 @@ def _run(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, rates=_listed(
             args.rates, "--rates", "link rates such as 1gbit", _is_rate))
     if args.partitions is not None:
+        from common.config import MAX_PARTITION_BYTES, MIN_PARTITION_BYTES
+        from common.units import format_bytes
+
+        sizes = (f"sizes from {format_bytes(MIN_PARTITION_BYTES)} to "
+                 f"{format_bytes(MAX_PARTITION_BYTES)}, such as 256KiB")
         plan = dataclasses.replace(plan, partitions=tuple(_partition(p) for p in _listed(
-            args.partitions, "--partitions", "sizes such as 256KiB", _is_partition)))
+            args.partitions, "--partitions", sizes, _is_partition)))
     if args.steps is not None and args.steps < 2 * plan.window:
         raise AutoByteError(f"--steps must be at least two windows ({2 * plan.window}), got "
                             f"--steps {args.steps}")
@@ -170,14 +175,12 @@ def _is_partition(text: str) -> bool:
 
 
 def _partition(text: str) -> int:
-    from common.config import MAX_PARTITION_BYTES, MIN_PARTITION_BYTES
-    from common.units import parse_bytes
+    """A grid partition size, in the range ``Config`` allows ``partition_bytes``."""
+    from common.config import Config
 
-    size = parse_bytes(text, "--partitions")
-    if not MIN_PARTITION_BYTES <= size <= MAX_PARTITION_BYTES:
-        raise AutoByteError(f"a partition of {text} is outside {MIN_PARTITION_BYTES} to "
-                            f"{MAX_PARTITION_BYTES} bytes")
-    return size
+    flags = {"partition_bytes": "--partitions", "credit_bytes": "--partitions"}
+    return Config.from_env({}, partition_bytes=text, credit_bytes=text,
+                           flags=flags).partition_bytes
 
 
 def _write_summary(out: Path, lines: list[str]) -> None:

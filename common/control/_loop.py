@@ -5,8 +5,8 @@ proposal with predictions, lets the trigger decide and logs it all; a switch bec
 Decision at a window boundary far enough ahead that every worker hears of it first. It
 measures what switches cost this job, so the trigger makes none that cannot pay back, and
 guards against doing worse than nothing: native is measured early and again when conditions
-change, and the job never stays on a configuration measured slower than native. Why each
-rule is as it is: docs/tuning-loop.md.
+change, and no configuration measured slower than native keeps the job for more than
+``guard_windows`` windows. Why each rule is as it is: docs/tuning-loop.md.
 
 Tuners need only ``propose()`` and ``observe(config, speed)``; ``observe_window``,
 ``predict``, ``candidates``, ``adapt`` and ``reset`` are used when present.
