@@ -152,10 +152,13 @@ def test_convergence_runs_every_framework_on_the_first_model_from_its_worst_conf
     monkeypatch.setattr(JobRun, "cpu_s_per_step",
                         lambda self, first: 0.0202 if self.spec.tuner == "meta" else 0.02)
     result = _experiments.convergence(plan)
-    assert {(s.framework, s.model, s.steps) for s in launched} == {
+    assert {(s.framework, s.model, s.steps) for s in launched if not s.sweep} == {
         ("tensorflow", "resnet", 30), ("mxnet", "resnet", 30)}
-    # two starts x two tuners x two frameworks, and each meta job's final configuration fixed
-    assert len(launched) == 12
+    # per framework: the grid's best measured again, two starts x two tuners, and each meta
+    # job's final configuration fixed
+    assert len(launched) == 14
+    confirms = [s for s in launched if s.name.startswith("confirm-")]
+    assert [s.framework for s in confirms] == ["tensorflow", "mxnet"]
     fixed = [s for s in launched if s.name.endswith("-fixed")]
     assert len(fixed) == 4 and all(s.tuner == "none" and s.start == NATIVE for s in fixed)
     for row in result.rows:
@@ -169,6 +172,48 @@ def test_convergence_runs_every_framework_on_the_first_model_from_its_worst_conf
     assert [n.split(" measured ")[1].split()[0] for n in result.notes] == ["tensorflow",
                                                                          "mxnet"]
     assert "CPU +1.0%, +1.0%" in result.notes[0]
+
+
+def test_the_convergence_optimum_is_the_grids_best_and_native_measured_again_in_turn(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A configuration whose one grid window was lucky is not the optimum a tuner must reach:
+    the three fastest and native run again, in turn, and the best median is the target."""
+    from common.bench import _experiments
+
+    plan = Plan(out=tmp_path, frameworks=("mxnet",), partitions=(64 * K, 256 * K),
+                multiples=(1, 4), job_steps=20)
+    grid = {"64KiB:64KiB": 10.0, "64KiB:256KiB": 30.0, "256KiB:256KiB": 20.0,
+            "256KiB:1MiB": 19.0}
+    again = {"64KiB:256KiB": [21.0, 18.0, 30.0], "256KiB:256KiB": [20.0, 22.0, 19.0],
+             "256KiB:1MiB": [15.0, 16.0, 14.0], "native": [21.5, 23.0, 20.0]}
+    launched: list[JobSpec] = []
+
+    def run_jobs(specs: list[JobSpec], *, rate: str, out: Path) -> list[JobRun]:
+        (spec,) = specs
+        launched.append(spec)
+        if spec.sweep:  # a first window after each switch (left out), then the measured one
+            visits = [knobs_label(*c) for c in spec.sweep]
+            speeds = [again[label][visits[:i].count(label)] for i, label in enumerate(visits)]
+            windows = [Window(i * 10 + k * 5 + 1, i * 10 + k * 5 + 5, v, v, 0.0, label, rate)
+                       for i, (label, v) in enumerate(zip(visits, speeds, strict=True))
+                       for k in (0, 1)]
+        else:
+            windows = [Window(s + 1, s + spec.window, 21.5, 21.5, 0.0, "native", rate)
+                       for s in range(0, spec.steps, spec.window)]
+        return [JobRun(spec, windows, 1.0, None)]
+
+    monkeypatch.setattr(_experiments, "_grid", lambda *a: (None, grid))
+    monkeypatch.setattr(_experiments, "run_jobs", run_jobs)
+    monkeypatch.setattr(JobRun, "cpu_s_per_step", lambda self, first: 0.02)
+    result = _experiments.convergence(plan)
+    confirm = launched[0]
+    assert [knobs_label(*c) for c in confirm.sweep] == \
+        ["64KiB:256KiB", "256KiB:256KiB", "256KiB:1MiB", "native"] * 3
+    assert confirm.start == confirm.sweep[0] and confirm.steps == 12 * plan.sweep_steps
+    for row in result.rows:
+        assert (row["grid_config"], row["grid_best"]) == ("native", 21.5)  # medians
+        assert row["grid_single"] == 30.0
+        assert row["steps_to_95pct"] == plan.window  # 21.5 from the first window on
 
 
 def test_overhead_compares_each_frameworks_final_configuration_fixed(
