@@ -179,7 +179,7 @@ def test_a_miss_is_priced_as_a_switch_to_a_new_configuration_and_one_back() -> N
         return loop
 
     switched, stayed = job([B, A]), job([])
-    assert abs(switched._miss_s(1) - stayed._miss_s(1) - 1.6) < 1e-9
+    assert abs(switched.guard._miss_s(1) - stayed.guard._miss_s(1) - 1.6) < 1e-9
 
 
 def test_lead_adds_lead_s_at_the_measured_step_time_to_lead_steps() -> None:
@@ -338,13 +338,13 @@ def test_guard_measures_native_again_after_conditions_change() -> None:
     loop.on_observation(observation(current, slow, 210))
     assert loop.measured(native) is None and loop.measured(current) == slow
     loop.current = B
-    verdict = loop._guard(Verdict("stay", loop.current, "nothing better"))
+    verdict = loop.guard.review(Verdict("stay", loop.current, "nothing better"))
     assert verdict is not None and verdict.action == "explore" and not verdict.config.scheduling
 
 
 def test_no_guard_for_a_fixed_configuration() -> None:
     loop = TuningLoop(config=A, tuner=None, trigger=ThresholdTrigger())
-    assert not loop.guard
+    assert not loop.guard.enabled
     assert _run(loop, 5, {**SPEED, NATIVE: 1000.0}) == []
 
 
