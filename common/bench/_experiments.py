@@ -110,13 +110,19 @@ def _grid(plan: Plan, framework: str, model: str, rate: str) -> tuple[JobRun, di
     return _GRIDS[key]
 
 
+def _sweep(plan: Plan, name: str, framework: str, model: str, rate: str,
+           sweep: tuple[tuple[int, int], ...]) -> JobRun:
+    """One job that runs each of ``sweep`` for ``plan.sweep_steps`` steps, in order."""
+    spec = JobSpec(f"{name}-{framework[:2]}-{model}-{rate}", framework=framework, model=model,
+                   steps=len(sweep) * plan.sweep_steps, window=plan.window, start=sweep[0],
+                   sweep=sweep, sweep_steps=plan.sweep_steps)
+    return run_jobs([spec], rate=rate, out=plan.out / "jobs")[0]
+
+
 def _measure_grid(plan: Plan, framework: str, model: str,
                   rate: str) -> tuple[JobRun, dict[str, float]]:
     sweep = tuple(grid_configs(plan))
-    spec = JobSpec(f"grid-{framework[:2]}-{model}-{rate}", framework=framework, model=model,
-                   steps=len(sweep) * plan.sweep_steps, window=plan.window, start=sweep[0],
-                   sweep=sweep, sweep_steps=plan.sweep_steps)
-    run = run_jobs([spec], rate=rate, out=plan.out / "jobs")[0]
+    run = _sweep(plan, "grid", framework, model, rate, sweep)
     measured = run.by_config()
     return run, {k: v for k, v in measured.items()
                  if k in {knobs_label(p, c) for p, c in sweep}}
@@ -133,13 +139,8 @@ def _confirm(plan: Plan, framework: str, model: str, rate: str,
     grid's best single window is the maximum of many noisy ones and overstates its configuration
     (MXNet's ResNet-34 at 1gbit: 4MiB:16MiB measured 15.1 and 23.5 in its two windows)."""
     top = sorted(measured, key=measured.__getitem__, reverse=True)[:CONFIRM_TOP]
-    configs = [_parse_label(label) for label in top if label != "native"] + [NATIVE]
-    sweep = tuple(configs * CONFIRM_ROUNDS)
-    spec = JobSpec(f"confirm-{framework[:2]}-{model}-{rate}", framework=framework, model=model,
-                   steps=len(sweep) * plan.sweep_steps, window=plan.window, start=sweep[0],
-                   sweep=sweep, sweep_steps=plan.sweep_steps)
-    run = run_jobs([spec], rate=rate, out=plan.out / "jobs")[0]
-    return run.by_config()
+    sweep = tuple([*map(_parse_label, top), NATIVE] * CONFIRM_ROUNDS)
+    return _sweep(plan, "confirm", framework, model, rate, sweep).by_config()
 
 
 def _parse_label(label: str) -> tuple[int, int]:
