@@ -51,7 +51,7 @@ def build_model(name: str = "cnn") -> Any:
     """The same shapes as autobyte_tf.demo's (cnn 0.33 M parameters, mlp 3.2 M, deep 1.2 M,
     vgg 1.3 M, transformer 0.27 M, lstm 0.21 M, densenet 7.0 M in 364 tensors); mobilenetv2
     (2.2 M, 160 tensors) and resnet (ResNet-34, 21.3 M, 110 tensors) from the Gluon model zoo,
-    BatchNorm-heavy models, as is densenet (DenseNet-121)."""
+    BatchNorm-heavy models, as are densenet (DenseNet-121) and resnet20 (0.27 M, 65 tensors)."""
     nn = mx.gluon.nn
     if name in ZOO:
         net = mx.gluon.model_zoo.vision.get_model(ZOO[name], classes=CLASSES)
@@ -87,6 +87,11 @@ def build_model(name: str = "cnn") -> Any:
     elif name == "transformer":
         net.add(_Rows(), nn.Dense(128, flatten=False), _EncoderBlock(), _EncoderBlock(),
                 _MeanOverTokens())
+    elif name == "resnet20":
+        net.add(_conv_bn(16), nn.Activation("relu"))
+        for stage, width in enumerate((16, 32, 64)):
+            net.add(*(_BasicBlock(width, 2 if stage and not block else 1) for block in range(3)))
+        net.add(nn.GlobalAvgPool2D(), nn.Flatten())
     else:
         raise SystemExit(f"autobyte_mx.demo: no model {name!r}")
     net.add(nn.Dense(CLASSES))
@@ -142,6 +147,29 @@ class _EncoderBlock(_HybridBlock):  # type: ignore[misc]
         attended = F.reshape(F.transpose(heads, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
         x = self.norm1(x + self.out(attended))
         return self.norm2(x + self.back(self.hidden(x)))
+
+
+def _conv_bn(width: int, kernel: int = 3, stride: int = 1) -> Any:
+    nn = mx.gluon.nn
+    block = nn.HybridSequential(prefix="")
+    block.add(nn.Conv2D(width, kernel, strides=stride, padding=kernel // 2, use_bias=False),
+              nn.BatchNorm(epsilon=1e-5))
+    return block
+
+
+class _BasicBlock(_HybridBlock):  # type: ignore[misc]
+    """Two 3x3 convolutions and a shortcut, a 1x1 projection where the block halves the image
+    (as autobyte_tf.demo's ResNet-20)."""
+
+    def __init__(self, width: int, stride: int) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.first, self.second = _conv_bn(width, stride=stride), _conv_bn(width)
+            self.shortcut = _conv_bn(width, 1, stride) if stride > 1 else None
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        y = self.second(F.relu(self.first(x)))
+        return F.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,7 +40,7 @@ def parse(line: str) -> dict[str, Any] | None:
 
 
 MODELS = ("cnn", "mlp", "deep", "mobilenetv2", "densenet", "resnet", "vgg", "transformer",
-          "lstm")
+          "lstm", "resnet20")
 NATIVE = (0, 0)  # a sweep's (partition, credit) for native: the framework's own path
 
 

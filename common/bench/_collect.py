@@ -51,7 +51,7 @@ K = 1024
 _COMPUTE_S = 0.04
 MODEL_BYTES = {"cnn": 0.85e6, "mlp": 12.8e6, "deep": 4.8e6, "mobilenetv2": 9.0e6,
                "densenet": 28.2e6, "resnet": 90e6, "vgg": 5.4e6, "transformer": 1.1e6,
-               "lstm": 0.86e6}
+               "lstm": 0.86e6, "resnet20": 1.09e6}
 SMALL_PARTITION = 16 * K
 
 

@@ -157,7 +157,7 @@ def register(subparsers: Any) -> None:
                     help="parameter servers of the logged PS jobs (default 1, as --run uses)")
     co.add_argument("--frameworks", default="tensorflow,mxnet",
                     help="--run: comma-separated (default tensorflow,mxnet)")
-    co.add_argument("--models", default="cnn,mlp,deep,vgg,transformer,lstm,mobilenetv2",
+    co.add_argument("--models", default="cnn,mlp,deep,vgg,transformer,lstm,mobilenetv2,resnet20",
                     help="--run: demo models, comma-separated (default %(default)s; resnet's "
                     "90 MB of gradients make its sweeps minutes long below 1gbit)")
     co.add_argument("--rates", default="100mbit,300mbit,500mbit,1gbit,3gbit",

@@ -12,7 +12,8 @@ import pytest
 
 from common.progress import MODELS
 
-NEW = ("vgg", "transformer", "lstm")  # the shapes added for the meta-network's real data
+# the shapes added for the meta-network's real data
+NEW = ("vgg", "transformer", "lstm", "resnet20")
 
 _PROBE = """
 import json, sys
