@@ -14,6 +14,7 @@ from common.bench._experiments import (
     _parse_label,
     bo_static,
     grid_configs,
+    settled,
     steady,
     throughput,
 )
@@ -65,6 +66,22 @@ def test_steady_and_throughput_leave_out_the_start() -> None:
     run = JobRun(spec, windows, 1.0, None)
     assert steady(run) == 250.0  # windows after step 10
     assert throughput(run) == pytest.approx(15 / (5 / 50 + 5 / 100 + 5 / 100))
+
+
+def test_a_tuner_settles_where_it_arrives_and_stays_not_at_a_lucky_window() -> None:
+    def run(*speeds: float) -> JobRun:
+        windows = [Window(5 * i + 1, 5 * i + 5, v, v, 0.0, "a", "r")
+                   for i, v in enumerate(speeds)]
+        return JobRun(JobSpec("j", steps=5 * len(speeds), window=5), windows, 1.0, None)
+
+    # a start just below the target crosses it once by noise, then runs below it
+    assert settled(run(90, 96, 90, 91, 89, 90), 95.0) is None
+    # the lucky window is passed over, although most later windows are fast; the switch at
+    # the sixth window is where it stays, a slow window after it (native measured again)
+    # notwithstanding
+    assert settled(run(90, 96, 90, 90, 90, 99, 100, 80, 99, 100), 95.0) == 30
+    # the last windows alone are too few to say it stayed
+    assert settled(run(90, 90, 90, 90, 99, 99), 95.0, tail=3) is None
 
 
 def test_table_and_csv_hold_every_column(tmp_path: Path) -> None:
