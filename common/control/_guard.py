@@ -173,10 +173,19 @@ class Guard:
                                f"{loop.current.describe()}, not above the {there:.1f} of "
                                f"{left.describe()} beyond the noise band: back to it",
                                verdict.gain, verdict.error, verdict.adapt)
-        elif native is None and (cheap or (gain := self._native_gain(predicted_current))):
+        elif native is None and (cheap or (lead := self._native_gain(
+                candidates, predicted_current))[0]):
             self.explored_from = loop.current
-            why = "" if cheap else f" (the model ranks it {gain:+.0%} above the configuration " \
-                "in force, which pays for the switch over the job's horizon)"
+            gain, pick = (0.0, None) if cheap else lead
+            if cheap:
+                why = ""
+            elif pick is None:
+                why = (f" (the model ranks it {gain:+.0%} above the configuration in force, "
+                       "which pays for the switch over the job's horizon)")
+            else:
+                why = (f" (the model ranks {pick.describe()} {gain:+.0%} above the "
+                       "configuration in force, which pays over the job's horizon for two "
+                       "tries, native's and its own: every try is measured against native)")
             return Verdict("explore", loop.native, "guard: measure the framework's own path "
                            f"(native) for one window{why}", verdict.gain, verdict.error,
                            verdict.adapt)
@@ -325,29 +334,39 @@ class Guard:
             return None
         return max(zip(near, predicted, strict=True), key=lambda xp: xp[1])[0]
 
-    def _native_gain(self, predicted_current: float | None) -> float:
+    def _native_gain(self, candidates: Sequence[Candidate], predicted_current: float | None,
+                     ) -> tuple[float, Config | None]:
         """On a scheduled configuration before native is measured: the model's prediction of
         native over its own of the configuration in force, less one, when that gain, counted
         as a probe's (``PROBE_TRUST``, at most ``PROBE_GAIN_CAP``), pays over the horizon for a
-        miss; else 0. A job started on a poor configuration then leaves it at its first
-        decision, not once the switch is cheap for the job (20 times the cost trained)."""
+        miss; else that of its best scheduled pick not measured yet (returned with it), which
+        must pay for two, native's try and its own; else (0, None). A job started on a poor
+        configuration then leaves it at its first decision, not once the switch is cheap for
+        the job (20 times the cost trained), also where the model ranks native below it."""
         loop = self.loop
         if not predicted_current or predicted_current <= 0:
-            return 0.0
+            return 0.0, None
         predicted = loop.predictions([loop.native])
         if predicted is None:
-            return 0.0
+            return 0.0, None
         gain = predicted[0] / predicted_current - 1.0
-        return gain if gain > 0 and self._pays_as_probe(gain) else 0.0
+        if gain > 0 and self._pays_as_probe(gain):
+            return gain, None
+        best = self._best_untried(candidates, budget=False)
+        gain = (best.predicted or 0.0) / predicted_current - 1.0 if best is not None else 0.0
+        if best is not None and gain > 0 and self._pays_as_probe(gain, tries=2):
+            return gain, best.config
+        return 0.0, None
 
-    def _pays_as_probe(self, gain: float) -> bool:
-        """A model's ranked ``gain`` pays for a one-window try: ``PROBE_TRUST`` of it (at most
-        ``PROBE_GAIN_CAP``) over the horizon covers a miss. Under conditions seen before the
-        horizon counts every time they held: what a try measures comes back with them."""
+    def _pays_as_probe(self, gain: float, *, tries: int = 1) -> bool:
+        """A model's ranked ``gain`` pays for ``tries`` one-window tries: ``PROBE_TRUST`` of it
+        (at most ``PROBE_GAIN_CAP``) over the horizon covers as many misses. Under conditions
+        seen before the horizon counts every time they held: what a try measures comes back
+        with them."""
         loop = self.loop
         horizon = loop.horizon_s if not loop.before_s else \
             min(loop.lasted_s + loop.before_s, loop.left_s)
-        return self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * horizon
+        return tries * self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * horizon
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:

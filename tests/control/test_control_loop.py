@@ -384,6 +384,40 @@ def test_a_poor_start_leaves_for_native_once_the_models_gain_pays_for_it(
     assert abs(guarded - first) <= 1, guarded
 
 
+@pytest.mark.parametrize(("ranked_b", "end_step", "first"), [
+    (100.0, 20000, 0),  # +100%, half of the 50% cap, over the ~2000 s left: at once
+    (100.0, 0, 73),  # no known end: once the horizon pays for two misses (20.8 s), not one
+    (52.5, 0, 187),  # +5% pays for no two misses that soon: once the switch is cheap
+])
+def test_a_poor_start_leaves_for_native_when_the_model_ranks_a_pick_above_both(
+        tmp_path: Path, ranked_b: float, end_step: int, first: int) -> None:
+    """As above, but the model ranks native below A and B above it: B is reached only through
+    native (every try is measured against it), so native is measured once the gain pays for
+    two misses, native's and B's; then B is probed from native."""
+    ranked = {NATIVE: 45.0, knobs(A): 50.0, knobs(B): ranked_b}
+    native = A.replace(scheduling=False)
+    log = DecisionLog(tmp_path / "d.jsonl")
+    loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
+                      trigger=ThresholdTrigger(), decision_log=log)
+    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
+                                                 end_step=end_step))]
+    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
+                  for w in range(1, 200)]
+    guarded = next(w for w, d in enumerate(decisions) if d is not None)
+    assert not decisions[guarded].config.scheduling
+    assert abs(guarded - first) <= 1, guarded
+    reasons = [r["reason"] for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"
+               or r.get("type") == "window"]
+    pick = [r for r in reasons if "measure the framework's own path" in r]
+    assert pick and ("for two tries" in pick[0]) == (ranked_b > 52.5), pick
+    if end_step:  # native measured as fast as A: it stays, and B is probed from it
+        for w in range(guarded + 1, guarded + 6):
+            verdict = loop.on_observation(observation(native, 100.0, 10 * w, end_step=end_step))
+            if verdict is not None:
+                break
+        assert verdict is not None and verdict.config == B, verdict
+
+
 def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
         tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
