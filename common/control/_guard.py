@@ -65,6 +65,7 @@ class Guard:
         self._slow_windows = 0
         self._windows = 0
         self._tried_ratio: float | None = None  # the model's pick over native, as it ranked it
+        self._through: Config | None = None  # the pick native was measured on the way to
         self.enter(Conditions())
 
     def kept(self) -> Conditions:
@@ -87,6 +88,7 @@ class Guard:
         ``changed``: native's recheck interval starts again too."""
         self.explored_from = None
         self.recheck_fresh = False
+        self._through = None
         if changed:
             self._recheck_every = None
 
@@ -119,6 +121,16 @@ class Guard:
                                    f"noise band below the {back:.1f} of {left.describe()}: "
                                    "one more window before deciding", verdict.gain,
                                    verdict.error, verdict.adapt)
+                through, self._through = self._through, None
+                if through is not None and back > native * (1 + self.noise_band) and \
+                        loop.measured(through) is None:
+                    self.explored_from = left  # judged as a climb from left: kept if faster
+                    self.climbed.update((knobs(through), knobs(left)))
+                    return Verdict("explore", through, f"guard: native measured {native:.1f} "
+                                   f"samples/s, below the {back:.1f} of {left.describe()}; "
+                                   f"measure {through.describe()}, the pick native was "
+                                   f"measured for, for one window against {left.describe()}",
+                                   verdict.gain, verdict.error, verdict.adapt)
                 if back > native * (1 + self.noise_band):
                     self._recheck_every = 2 * self._recheck_interval()
                     return Verdict("switch", left, f"guard: native measured {native:.1f} "
@@ -177,6 +189,7 @@ class Guard:
                 candidates, predicted_current))[0]):
             self.explored_from = loop.current
             gain, pick = (0.0, None) if cheap else lead
+            self._through = pick
             if cheap:
                 why = ""
             elif pick is None:

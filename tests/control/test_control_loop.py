@@ -418,6 +418,29 @@ def test_a_poor_start_leaves_for_native_when_the_model_ranks_a_pick_above_both(
         assert verdict is not None and verdict.config == B, verdict
 
 
+@pytest.mark.parametrize(("b_speed", "ends_on_b"), [(120.0, True), (101.0, False)])
+def test_native_measured_slower_on_the_way_to_a_pick_tries_the_pick_against_the_start(
+        b_speed: float, ends_on_b: bool) -> None:
+    """Native, measured for the pick B, comes out slower than the start A: B is tried next,
+    judged against A (kept only if faster beyond the noise band), not given up for A."""
+    ranked = {NATIVE: 45.0, knobs(A): 50.0, knobs(B): 100.0}
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
+                      trigger=ThresholdTrigger())
+    speed = {knobs(A): 100.0, NATIVE: 80.0, knobs(B): b_speed}
+    current, pending, ran = A, None, []
+    for w in range(40):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+        ran.append(current)
+        obs = observation(current, speed[knobs(current)], 10 * w, end_step=20000,
+                          **({"warmup_steps": 1, "warmup_s": 10.0} if w == 0 else {}))
+        pending = loop.on_observation(obs) or pending
+    visits = [knobs(c) for i, c in enumerate(ran) if i == 0 or knobs(c) != knobs(ran[i - 1])]
+    assert visits[:3] == [knobs(A), NATIVE, knobs(B)], visits
+    assert (knobs(ran[-1]) == knobs(B)) == ends_on_b, visits
+
+
 def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
         tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
