@@ -359,6 +359,18 @@ def test_guard_waits_to_measure_native_until_the_switch_is_cheap_for_the_job() -
     assert 180 <= guarded <= 195  # 200 s trained: 10 s of it is 5%
 
 
+def _leaves_poor_start(loop: TuningLoop, end_step: int) -> int:
+    """Windows of 10 steps on A at 100 samples/s, the first traced for 10 s: the window whose
+    decision first leaves A, which must be for native."""
+    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
+                                                 end_step=end_step))]
+    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
+                  for w in range(1, 200)]
+    guarded = next(w for w, d in enumerate(decisions) if d is not None)
+    assert not decisions[guarded].config.scheduling
+    return guarded
+
+
 @pytest.mark.parametrize(("ranked_native", "end_step", "first"), [
     (100.0, 20000, 0),  # +100%, capped at 50%, half counted, over the ~2000 s left: at once
     (100.0, 0, 31),  # no known end: over as long again as trained, once that pays (42 s)
@@ -375,12 +387,7 @@ def test_a_poor_start_leaves_for_native_once_the_models_gain_pays_for_it(
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
                       trigger=ThresholdTrigger())
-    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
-                                                 end_step=end_step))]
-    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
-                  for w in range(1, 200)]
-    guarded = next(w for w, d in enumerate(decisions) if d is not None)
-    assert not decisions[guarded].config.scheduling
+    guarded = _leaves_poor_start(loop, end_step)
     assert abs(guarded - first) <= 1, guarded
 
 
@@ -399,12 +406,7 @@ def test_a_poor_start_leaves_for_native_when_the_model_ranks_a_pick_above_both(
     log = DecisionLog(tmp_path / "d.jsonl")
     loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
                       trigger=ThresholdTrigger(), decision_log=log)
-    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
-                                                 end_step=end_step))]
-    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
-                  for w in range(1, 200)]
-    guarded = next(w for w, d in enumerate(decisions) if d is not None)
-    assert not decisions[guarded].config.scheduling
+    guarded = _leaves_poor_start(loop, end_step)
     assert abs(guarded - first) <= 1, guarded
     reasons = [r["reason"] for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"
                or r.get("type") == "window"]
