@@ -65,7 +65,7 @@ class Guard:
         self._slow_windows = 0
         self._windows = 0
         self._tried_ratio: float | None = None  # the model's pick over native, as it ranked it
-        self._through: Config | None = None  # the pick native was measured on the way to
+        self._native_next = False  # a pick tried before native: native's window comes next
         self.enter(Conditions())
 
     def kept(self) -> Conditions:
@@ -88,7 +88,7 @@ class Guard:
         ``changed``: native's recheck interval starts again too."""
         self.explored_from = None
         self.recheck_fresh = False
-        self._through = None
+        self._native_next = False
         if changed:
             self._recheck_every = None
 
@@ -121,16 +121,6 @@ class Guard:
                                    f"noise band below the {back:.1f} of {left.describe()}: "
                                    "one more window before deciding", verdict.gain,
                                    verdict.error, verdict.adapt)
-                through, self._through = self._through, None
-                if through is not None and back > native * (1 + self.noise_band) and \
-                        loop.measured(through) is None:
-                    self.explored_from = left  # judged as a climb from left: kept if faster
-                    self.climbed.update((knobs(through), knobs(left)))
-                    return Verdict("explore", through, f"guard: native measured {native:.1f} "
-                                   f"samples/s, below the {back:.1f} of {left.describe()}; "
-                                   f"measure {through.describe()}, the pick native was "
-                                   f"measured for, for one window against {left.describe()}",
-                                   verdict.gain, verdict.error, verdict.adapt)
                 if back > native * (1 + self.noise_band):
                     self._recheck_every = 2 * self._recheck_interval()
                     return Verdict("switch", left, f"guard: native measured {native:.1f} "
@@ -163,6 +153,16 @@ class Guard:
                                f"(predicted {trial.predicted or 0.0:.1f} samples/s; within the "
                                f"{self.explore_share:.0%} exploration budget)", verdict.gain,
                                verdict.error, verdict.adapt)
+        elif self._native_next and left is not None:
+            self._native_next = False  # the pick tried first: native, against the faster one
+            here, there = loop.measured(loop.current), loop.measured(left)
+            faster = here is not None and (there is None or here > there * (1 + self.noise_band))
+            self.explored_from = loop.current if faster else left
+            return Verdict("explore", loop.native, f"guard: measure the framework's own path "
+                           f"(native) for one window, against "
+                           f"{self.explored_from.describe()}, the faster of the pick and the "
+                           "start beyond the noise band", verdict.gain, verdict.error,
+                           verdict.adapt)
         elif left is not None and not left.scheduling:
             self.explored_from = None  # a probe from native: measured once, kept if faster
             here = loop.measured(loop.current)
@@ -189,16 +189,16 @@ class Guard:
                 candidates, predicted_current))[0]):
             self.explored_from = loop.current
             gain, pick = (0.0, None) if cheap else lead
-            self._through = pick
-            if cheap:
-                why = ""
-            elif pick is None:
-                why = (f" (the model ranks it {gain:+.0%} above the configuration in force, "
-                       "which pays for the switch over the job's horizon)")
-            else:
-                why = (f" (the model ranks {pick.describe()} {gain:+.0%} above the "
-                       "configuration in force, which pays over the job's horizon for two "
-                       "tries, native's and its own: every try is measured against native)")
+            if pick is not None:
+                self._native_next = True
+                return Verdict("explore", pick, f"guard: the model ranks {pick.describe()} "
+                               f"{gain:+.0%} above the configuration in force, which pays over "
+                               "the job's horizon for two tries, its own and native's: measure "
+                               "it for one window, then native against the faster of the two",
+                               verdict.gain, verdict.error, verdict.adapt)
+            why = "" if cheap else (f" (the model ranks it {gain:+.0%} above the "
+                                    "configuration in force, which pays for the switch over "
+                                    "the job's horizon)")
             return Verdict("explore", loop.native, "guard: measure the framework's own path "
                            f"(native) for one window{why}", verdict.gain, verdict.error,
                            verdict.adapt)
@@ -353,7 +353,7 @@ class Guard:
         native over its own of the configuration in force, less one, when that gain, counted
         as a probe's (``PROBE_TRUST``, at most ``PROBE_GAIN_CAP``), pays over the horizon for a
         miss; else that of its best scheduled pick not measured yet (returned with it), which
-        must pay for two, native's try and its own; else (0, None). A job started on a poor
+        must pay for two, its own try and native's; else (0, None). A job started on a poor
         configuration then leaves it at its first decision, not once the switch is cheap for
         the job (20 times the cost trained), also where the model ranks native below it."""
         loop = self.loop

@@ -359,16 +359,19 @@ def test_guard_waits_to_measure_native_until_the_switch_is_cheap_for_the_job() -
     assert 180 <= guarded <= 195  # 200 s trained: 10 s of it is 5%
 
 
-def _leaves_poor_start(loop: TuningLoop, end_step: int) -> int:
+def _leaves_poor_start(loop: TuningLoop, end_step: int,
+                       to: Config | None = None) -> tuple[int, int]:
     """Windows of 10 steps on A at 100 samples/s, the first traced for 10 s: the window whose
-    decision first leaves A, which must be for native."""
-    decisions = [loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
-                                                 end_step=end_step))]
-    decisions += [loop.on_observation(observation(A, 100.0, 10 * w, end_step=end_step))
-                  for w in range(1, 200)]
-    guarded = next(w for w, d in enumerate(decisions) if d is not None)
-    assert not decisions[guarded].config.scheduling
-    return guarded
+    decision first leaves A, which must be for ``to`` (native if None), and its step."""
+    went = loop.on_observation(observation(A, 100.0, 0, warmup_steps=1, warmup_s=10.0,
+                                           end_step=end_step))
+    guarded = 0
+    while went is None and guarded < 200:
+        guarded += 1
+        went = loop.on_observation(observation(A, 100.0, 10 * guarded, end_step=end_step))
+    assert went is not None
+    assert (knobs(went.config) == knobs(to)) if to is not None else not went.config.scheduling
+    return guarded, went.step
 
 
 @pytest.mark.parametrize(("ranked_native", "end_step", "first"), [
@@ -387,49 +390,54 @@ def test_a_poor_start_leaves_for_native_once_the_models_gain_pays_for_it(
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
                       trigger=ThresholdTrigger())
-    guarded = _leaves_poor_start(loop, end_step)
+    guarded, _ = _leaves_poor_start(loop, end_step)
     assert abs(guarded - first) <= 1, guarded
 
 
 @pytest.mark.parametrize(("ranked_b", "end_step", "first"), [
     (100.0, 20000, 0),  # +100%, half of the 50% cap, over the ~2000 s left: at once
     (100.0, 0, 73),  # no known end: once the horizon pays for two misses (20.8 s), not one
-    (52.5, 0, 187),  # +5% pays for no two misses that soon: once the switch is cheap
+    (52.5, 0, 187),  # +5% pays for no two misses that soon: native, once the switch is cheap
 ])
-def test_a_poor_start_leaves_for_native_when_the_model_ranks_a_pick_above_both(
+def test_a_poor_start_leaves_for_the_pick_the_model_ranks_above_both(
         tmp_path: Path, ranked_b: float, end_step: int, first: int) -> None:
-    """As above, but the model ranks native below A and B above it: B is reached only through
-    native (every try is measured against it), so native is measured once the gain pays for
-    two misses, native's and B's; then B is probed from native."""
+    """As above, but the model ranks native below A and B above it: once that gain pays for
+    two tries, B's and native's, B is measured first and native right after it (every
+    configuration kept is measured against native)."""
     ranked = {NATIVE: 45.0, knobs(A): 50.0, knobs(B): ranked_b}
     native = A.replace(scheduling=False)
     log = DecisionLog(tmp_path / "d.jsonl")
     loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
                       trigger=ThresholdTrigger(), decision_log=log)
-    guarded = _leaves_poor_start(loop, end_step)
+    two_tries = ranked_b > 52.5
+    guarded, step = _leaves_poor_start(loop, end_step, B if two_tries else None)
     assert abs(guarded - first) <= 1, guarded
     reasons = [r["reason"] for r in read_log(tmp_path / "d.jsonl") if r.get("event") == "guard"
                or r.get("type") == "window"]
-    pick = [r for r in reasons if "measure the framework's own path" in r]
-    assert pick and ("for two tries" in pick[0]) == (ranked_b > 52.5), pick
-    if end_step:  # native measured as fast as A: it stays, and B is probed from it
+    assert any("for two tries" in r for r in reasons) == two_tries, reasons
+    if end_step:  # B's windows: native next, whatever B measured
         for w in range(guarded + 1, guarded + 6):
-            verdict = loop.on_observation(observation(native, 100.0, 10 * w, end_step=end_step))
+            here = B if 10 * w >= step else A
+            verdict = loop.on_observation(observation(here, 60.0 if here is B else 100.0, 10 * w,
+                                                      end_step=end_step))
             if verdict is not None:
                 break
-        assert verdict is not None and verdict.config == B, verdict
+        assert verdict is not None and not verdict.config.scheduling, verdict
+        assert loop.guard.explored_from is not None and knobs(loop.guard.explored_from) == \
+            knobs(A)  # B measured slower than A: native is judged against A
 
 
-@pytest.mark.parametrize(("b_speed", "ends_on_b"), [(120.0, True), (101.0, False)])
-def test_native_measured_slower_on_the_way_to_a_pick_tries_the_pick_against_the_start(
-        b_speed: float, ends_on_b: bool) -> None:
-    """Native, measured for the pick B, comes out slower than the start A: B is tried next,
-    judged against A (kept only if faster beyond the noise band), not given up for A."""
+@pytest.mark.parametrize(("b_speed", "native_speed", "ends_on"), [
+    (120.0, 80.0, knobs(B)), (101.0, 80.0, knobs(A)), (120.0, 130.0, NATIVE)])
+def test_a_pick_tried_before_native_is_kept_only_if_faster_than_the_start_and_native(
+        b_speed: float, native_speed: float, ends_on: tuple[int, int, bool]) -> None:
+    """From the start A the pick B is tried, then native against the faster of A and B beyond
+    the noise band: the job ends on the fastest of the three."""
     ranked = {NATIVE: 45.0, knobs(A): 50.0, knobs(B): 100.0}
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=A, tuner=PredictingTuner(ranked, [native, A, B]),
                       trigger=ThresholdTrigger())
-    speed = {knobs(A): 100.0, NATIVE: 80.0, knobs(B): b_speed}
+    speed = {knobs(A): 100.0, NATIVE: native_speed, knobs(B): b_speed}
     current, pending, ran = A, None, []
     for w in range(40):
         if pending is not None and w * 10 >= pending.step:
@@ -439,8 +447,8 @@ def test_native_measured_slower_on_the_way_to_a_pick_tries_the_pick_against_the_
                           **({"warmup_steps": 1, "warmup_s": 10.0} if w == 0 else {}))
         pending = loop.on_observation(obs) or pending
     visits = [knobs(c) for i, c in enumerate(ran) if i == 0 or knobs(c) != knobs(ran[i - 1])]
-    assert visits[:3] == [knobs(A), NATIVE, knobs(B)], visits
-    assert (knobs(ran[-1]) == knobs(B)) == ends_on_b, visits
+    assert visits[:3] == [knobs(A), knobs(B), NATIVE], visits
+    assert knobs(ran[-1]) == ends_on, visits
 
 
 def test_a_threefold_change_of_the_speed_in_force_clears_stale_measurements(
