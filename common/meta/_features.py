@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from common.errors import ConfigError
 from common.stats import comm_factor
+from common.tuners._space import NATIVE_BYTES
 
 __all__ = [
     "CANDIDATE_FEATURES",
@@ -55,7 +56,7 @@ __all__ = [
     "target_from_speed",
 ]
 
-FEATURE_VERSION = 2  # 2: candidates count the plan's fused blocks; native as NATIVE_BYTES
+FEATURE_VERSION = 3  # 3: native on a parameter server counts one block per layer
 SEQ_LEN = 64
 SEQ_FEATURES = 8
 KNOWN_MODELS: tuple[str, ...] = ("resnet50", "vgg16", "alexnet", "densenet121")
@@ -199,7 +200,11 @@ class Sample:
 @dataclasses.dataclass(frozen=True)
 class EncodedJob:
     """One job's network inputs: ``sequence`` (SEQ_LEN, SEQ_FEATURES), ``static``
-    (STATIC_FEATURES,), plus what candidate encoding and de-normalisation need."""
+    (STATIC_FEATURES,), plus what candidate encoding and de-normalisation need.
+
+    ``native_blocks``: how many blocks the framework's own path sends a step: one pack in
+    all-reduce, one key per tensor on a parameter server (a layer with bytes stands for its
+    tensors, as in the simulator), so native's per-block cost is seen where it is paid."""
 
     sequence: Array
     static: Array
@@ -208,6 +213,7 @@ class EncodedJob:
     comm_s: float
     total_bytes: float
     samples_per_step: int
+    native_blocks: int = 1
 
 
 def reference_s(job: MetaInput) -> tuple[float, float]:
@@ -294,8 +300,9 @@ def encode_job(job: MetaInput, *, vocabulary: Sequence[str] = KNOWN_MODELS) -> E
         math.log10(job.batch_size / 32),
     ]
     static[11 + model_slot(job.model, vocabulary)] = 1.0
+    native_blocks = int(np.count_nonzero(sizes)) if job.arch == "ps" else 1
     return EncodedJob(seq, static, np.asarray(job.layer_bytes, np.float64), ref, comm,
-                      float(sizes.sum()), job.workers * job.batch_size)
+                      float(sizes.sum()), job.workers * job.batch_size, native_blocks)
 
 
 def encode_candidates(job: EncodedJob, partitions: npt.ArrayLike,
@@ -307,7 +314,8 @@ def encode_candidates(job: EncodedJob, partitions: npt.ArrayLike,
         raise ConfigError(f"candidates need partitions >= 1 byte and credits >= their "
                           f"partition, one each, got {p.size} partitions and {c.size} credits")
     sizes = job.layer_bytes[job.layer_bytes > 0]
-    chunks = np.ceil(job.total_bytes / p)  # the plan's fused blocks
+    chunks = np.where(p >= NATIVE_BYTES, job.native_blocks,
+                      np.ceil(job.total_bytes / p))  # the plan's fused blocks
     split = (sizes[None, :] * (sizes[None, :] > p[:, None])).sum(axis=1) / job.total_bytes
     per_byte = job.comm_s / job.total_bytes
     ref = job.ref_s

@@ -20,6 +20,7 @@ from common.meta._features import (
     target_from_speed,
 )
 from common.sim import get_profile
+from common.tuners import NATIVE_BYTES
 
 
 def job_of(name: str, **kw: object) -> MetaInput:
@@ -94,6 +95,19 @@ def test_candidate_features_follow_the_partition() -> None:
     with pytest.raises(ConfigError, match="credits >= their partition"):
         encode_candidates(enc, parts, parts // 2)
 
+
+
+def test_native_counts_the_blocks_its_framework_sends() -> None:
+    """One pack in all-reduce; on a parameter server one key per layer with bytes, which is
+    more blocks than the largest scheduled partition makes of the same model."""
+    candidates = np.array([NATIVE_BYTES, 64 << 20]), np.array([NATIVE_BYTES, 64 << 20])
+    job = job_of("resnet50")
+    layers = sum(1 for b in job.layer_bytes if b)
+    ring = encode_candidates(encode_job(job), *candidates)
+    ps = encode_candidates(encode_job(job_of("resnet50", arch="ps")), *candidates)
+    assert ring[0, 3] == 0 and ps[0, 3] == pytest.approx(np.log(layers) / 5)  # log(blocks) / 5
+    assert ps[0, 3] > ps[1, 3] and ring[0, 3] <= ring[1, 3]
+    np.testing.assert_array_equal(ring[:, [0, 1, 2, 6]], ps[:, [0, 1, 2, 6]])  # same sizes
 
 @pytest.mark.parametrize("bad, match", [
     ({"workers": 0}, "workers must be an int >= 1"),
