@@ -298,7 +298,7 @@ class TuningLoop:
             self._recall(obs)
             return
         past = self.measured(obs.config)
-        usual = statistics.median(self._rates) if len(self._rates) >= 2 else None
+        usual = statistics.median(self._rates) if self._rates else None
         if not _off(obs.speed, past) and not _off(obs.link_rate, usual):
             return
         lasted = self.lasted_s - obs.steps * obs.step_time_s

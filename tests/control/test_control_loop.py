@@ -1137,3 +1137,28 @@ def test_conditions_are_told_apart_by_the_link_rate_also_on_a_new_configuration(
     window(C, 25.0, 1e8, 13)  # C never ran: only its tenfold slower link tells
     window(C, 25.0, 1e8, 14)
     assert loop.measured(A) == 20.0 and loop.measured(B) == 30.0 and loop.measured(C) == 25.0
+
+
+def test_a_link_back_after_a_stretch_of_two_windows_is_recognised() -> None:
+    """A slow stretch of two windows (the first, which shows the change, is not measured)
+    knows one link rate: a window ninefold off it is a change too, so the fast link's
+    measurements come back, and the slow ones when it slows again (TensorFlow ResNet-20's
+    100mbit stretches of 20 steps, 10-step windows, on the testbed)."""
+    loop = TuningLoop(config=A, tuner=ScriptedTuner([A] * 100), trigger=ThresholdTrigger(),
+                      guard=False)
+
+    def window(speed: float, rate: float, w: int) -> None:
+        obs = observation(A, speed, 10 * w)
+        loop.on_observation(dataclasses.replace(obs, bandwidth_up=(rate,),
+                                                bandwidth_down=(rate,)))
+
+    for w in range(3):
+        window(100.0, 9e8, w)
+    for cycle in range(3):
+        w = 3 + 4 * cycle
+        window(60.0, 1e8, w)  # a speed 1.7x off: only the rate tells
+        window(60.0, 1e8, w + 1)
+        assert loop.measured(A) == 60.0
+        window(100.0, 9e8, w + 2)
+        window(100.0, 9e8, w + 3)
+        assert loop.measured(A) == 100.0, cycle  # the fast link's, not a mix of both
