@@ -213,7 +213,7 @@ class EncodedJob:
     comm_s: float
     total_bytes: float
     samples_per_step: int
-    native_blocks: int = 1
+    native_blocks: int
 
 
 def reference_s(job: MetaInput) -> tuple[float, float]:

@@ -96,7 +96,6 @@ def test_candidate_features_follow_the_partition() -> None:
         encode_candidates(enc, parts, parts // 2)
 
 
-
 def test_native_counts_the_blocks_its_framework_sends() -> None:
     """One pack in all-reduce; on a parameter server one key per layer with bytes, which is
     more blocks than the largest scheduled partition makes of the same model."""
@@ -108,6 +107,7 @@ def test_native_counts_the_blocks_its_framework_sends() -> None:
     assert ring[0, 3] == 0 and ps[0, 3] == pytest.approx(np.log(layers) / 5)  # log(blocks) / 5
     assert ps[0, 3] > ps[1, 3] and ring[0, 3] <= ring[1, 3]
     np.testing.assert_array_equal(ring[:, [0, 1, 2, 6]], ps[:, [0, 1, 2, 6]])  # same sizes
+
 
 @pytest.mark.parametrize("bad, match", [
     ({"workers": 0}, "workers must be an int >= 1"),
