@@ -8,9 +8,7 @@ it produces are checked where the tuner sees them: in the decision log.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +18,8 @@ from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
 from common.decision_log import read_log
+from common.testing import RecordingAgent
+from common.testing.mx import RecordingTransport
 from common.testing.tuners import ScriptedTuner
 
 skip_without_mxnet()
@@ -41,40 +41,19 @@ BATCH = 32
 
 
 def test_layers_are_blocks_in_forward_order() -> None:
-    agent = _Recorder()
+    agent = RecordingAgent()
     Tuning(agent, Config(tuner="none")).set_layers(TENSORS)
     assert agent.calls == [("layers", [78000, 240800, 8040])]
 
 
 def test_layer_times_need_every_layer() -> None:
-    tuning = Tuning(_Recorder(), Config(tuner="none"))
+    tuning = Tuning(RecordingAgent(), Config(tuner="none"))
     tuning.set_layers(TENSORS)
     times = tuning.layer_times(READY)
     assert times is not None
     assert times.tolist() == pytest.approx([0.007, 0.004, 0.004])
     missing = {k: v for k, v in READY.items() if not k.startswith("net_dense1")}
     assert tuning.layer_times(missing) is None
-
-
-class _Recorder:
-    """A stand-in agent that records the calls the feed makes."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.decisions: dict[int, Config] = {}
-
-    def set_layer_bytes(self, layer_bytes: Any) -> None:
-        self.calls.append(("layers", list(layer_bytes)))
-
-    def record_step(self, step: int, samples: int, step_time_s: float, **kw: Any) -> None:
-        self.calls.append(("step", (step, samples, step_time_s, kw)))
-
-    def set_config(self, config: Config, *, step: int) -> None:
-        self.calls.append(("config", (config, step)))
-
-    def due(self, step: int) -> Config | None:
-        self.calls.append(("due", step))
-        return self.decisions.pop(step, None)
 
 
 COMM_S = 0.02  # the link was busy 20 of the 50 ms
@@ -89,7 +68,7 @@ def _feed(tuning: Tuning, steps: range, config: Config, *, t0: float = 100.0) ->
 
 
 def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -> None:
-    agent = _Recorder()
+    agent = RecordingAgent()
     first = Config(tuner="none")
     tuning = Tuning(agent, first, sample_every=2)
     tuning.set_layers(TENSORS)
@@ -116,7 +95,7 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
 def test_one_step_a_window_is_sampled_unless_the_caller_says_otherwise() -> None:
     """Per-tensor timing costs engine callbacks: by default the last step of each window (the
     first window, steps 1-9, has one too), or every ``sample_every`` steps."""
-    agent = _Recorder()
+    agent = RecordingAgent()
     tuning = Tuning(agent, Config(tuner="none", window_steps=10))
     assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]
     fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
@@ -242,17 +221,6 @@ def test_feed_windows_reach_the_coordinator_and_its_decision_becomes_the_proposa
     assert after[0]["observation"]["layer_bytes"] == [78000, 240800, 8040]
 
 
-class _FakeTransport:
-    def __init__(self) -> None:
-        self.pushed: list[list[float]] = []
-
-    def exchange(self, keys: list[Hashable], values: list[Any], outs: Any = None,
-                 priority: int = 0) -> None:
-        """As ``_transport.Transport.exchange``."""
-        (value,) = values
-        self.pushed.append([float(x) for x in value.asnumpy()])
-
-
 @pytest.mark.parametrize("rank", [0, 1])
 def test_the_control_key_asks_for_the_next_step_and_only_rank0_sends_it(rank: int) -> None:
     """The control key's vector of step s carries the decision due at s + 1 (it is applied
@@ -265,9 +233,9 @@ def test_the_control_key_asks_for_the_next_step_and_only_rank0_sends_it(rank: in
 
     config = Config(tuner="none")
     fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
-    agent = _Recorder()
+    agent = RecordingAgent()
     agent.decisions[8] = fast
-    transport = _FakeTransport()
+    transport = RecordingTransport()
     key = ControlKey(Agreement(rank=rank, workers=2, config=config, due=agent.due),
                      transport=transport, threshold=None)  # type: ignore[arg-type]
     key._array = mx.nd.zeros((vector_length(1),))
@@ -302,7 +270,7 @@ def test_the_bytes_reported_are_what_the_servers_links_carry() -> None:
     link carries twice a worker's bytes in the busy time, so the bytes the agent gets (over
     the busy time: the window's link rate) are twice what the worker pushed, as the simulator
     and the meta-network's features count a parameter server's link."""
-    agent = _Recorder()
+    agent = RecordingAgent()
     tuning = Tuning(agent, Config(tuner="none"), link_factor=comm_factor("ps", 4, 2))
     tuning.set_layers(TENSORS)
     _feed(tuning, range(1, 3), Config(tuner="none"))

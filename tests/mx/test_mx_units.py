@@ -3,12 +3,10 @@ order, the kvstore on a fake native store, misuse errors."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 import random
 import threading
 import warnings
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,6 @@ import mxnet as mx  # noqa: E402
 
 from autobyte_mx import _engine  # noqa: E402
 from autobyte_mx._layout import (  # noqa: E402
-    CONTROL_KEY,
     WHOLE,
     Groups,
     Tensor,
@@ -37,6 +34,7 @@ from autobyte_mx._layout import (  # noqa: E402
 )
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
 from autobyte_mx._transport import Calls  # noqa: E402
+from common.testing.mx import FakeCalls, FakeNative  # noqa: E402
 
 # --- block buffers -------------------------------------------------------------------------
 
@@ -207,64 +205,6 @@ def test_a_round_closes_a_block_once_all_its_members_are_issued() -> None:
 # --- the kvstore on a fake native store, in one process ------------------------------------
 
 
-class FakeNative:
-    """Native ``dist_sync`` as seen by one of ``workers`` identical workers: a data key's
-    pushpull returns ``workers`` times the value, in engine operations (so they wait for
-    AutoByte's gates, like the real ones: a copy, then an async op on the array's memory);
-    the control key sums one worker."""
-
-    rank, num_workers = 0, 1
-
-    def __init__(self, workers: int = 3) -> None:
-        self.workers = workers
-        self.stored: dict[Hashable, Any] = {}
-        self.pushed: list[list[Hashable]] = []
-        self.controls = 0  # control key exchanges
-
-    def init(self, key: Any, value: Any) -> None:
-        for k, v in zip(*_lists(key, value), strict=True):
-            self.stored[k] = v.copy()
-
-    def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
-        keys, values = _lists(key, value)
-        if keys == [CONTROL_KEY]:
-            self.controls += 1
-        else:
-            self.pushed.append(keys)
-        outs = values if out is None else _lists(key, out)[1]
-        for k, v, target in zip(keys, values, outs, strict=True):
-            if target is not v:
-                v.copyto(target)
-            factor = 1 if k == CONTROL_KEY else self.workers
-            _engine.push_callback(functools.partial(_scale, target, factor), mutable=[target])
-
-    def pull(self, key: Any, out: Any = None, priority: int = 0) -> None:
-        for k, o in zip(*_lists(key, out), strict=True):
-            self.stored[k].copyto(o)
-
-    def _barrier(self) -> None:
-        pass
-
-
-class FakeCalls:
-    """``_transport.Calls`` on the fake store: its ``pushpull`` as MXNet's."""
-
-    def __init__(self, kv: FakeNative) -> None:
-        self._kv = kv
-
-    def pushpull(self, keys: list[int], values: list[Any], outs: list[Any],
-                 priority: int) -> None:
-        self._kv.pushpull(keys, values, out=outs, priority=priority)
-
-    def close(self) -> None:
-        pass
-
-
-def _scale(array: Any, factor: int) -> None:
-    """Multiply an array in place, on its memory (inside an engine op: no waiting)."""
-    _engine.host_view(array)[:] *= factor
-
-
 def test_host_view_writes_while_the_cpu_worker_is_busy() -> None:
     """The control key's per-step write must not wait for the compute queued before it (an
     NDArray write would: it queues an op behind that compute and waits for it)."""
@@ -319,10 +259,6 @@ def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
 
 
 WINDOW_STEPS = 2  # the tests' stores agree and time per tensor every other step
-
-
-def _lists(key: Any, value: Any) -> tuple[list[Any], list[Any]]:
-    return (list(key), list(value)) if isinstance(key, list) else ([key], [value])
 
 
 @pytest.fixture
