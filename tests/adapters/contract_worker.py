@@ -102,10 +102,12 @@ def tensorflow() -> dict[str, Any]:
 
 
 def mxnet() -> dict[str, Any]:
-    import mxnet as mx
-    from mxnet import autograd, gluon
+    from autobyte_mx._compat import import_mxnet
 
+    mx = import_mxnet()  # MXNet 1.9.1, with the numpy.bool it needs
     import autobyte_mx
+
+    autograd, gluon = mx.autograd, mx.gluon
 
     mx.random.seed(0)
     net = gluon.nn.HybridSequential()
@@ -133,14 +135,10 @@ def mxnet() -> dict[str, Any]:
 
 if __name__ == "__main__":
     framework = sys.argv[1]
-    if framework == "mxnet":
-        if "bool" not in np.__dict__:
-            np.bool = np.bool_  # type: ignore[attr-defined]
-        os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
-        if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
-            from autobyte_mx._compat import import_mxnet
+    if framework == "mxnet" and os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
+        from autobyte_mx._compat import import_mxnet
 
-            import_mxnet()  # runs the node, then exits
-            sys.exit(0)
+        import_mxnet()  # runs the node, then exits
+        sys.exit(0)
     run = {"tensorflow": tensorflow, "mxnet": mxnet}[framework]
     print("RESULT " + json.dumps(run()), flush=True)
