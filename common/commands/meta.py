@@ -400,12 +400,13 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
           "the share of the run's best measured speed):")
     print(f"  {'model':<18} {'framework':<11} {'runs':>4} {'windows':>7}  "
           f"{'MAPE as is':>10} {'pick as is':>10}  {'MAPE held out':>13} "
-          f"{'native measured':>15} {'pick held out':>13}")
+          f"{'native measured':>15} {'pick held out':>13} {'guarded':>7}")
     for r in rows:
         print(f"  {r.model:<18} {r.framework:<11} {r.runs:>4} {r.after.jobs:>7}  "
               f"{100 * r.before.mape:>9.1f}% {100 * r.before.fraction_of_best:>9.1f}%  "
               f"{100 * r.after.mape:>12.1f}% {100 * r.after.native_mape:>14.1f}% "
-              f"{100 * r.after.fraction_of_best:>12.1f}%")
+              f"{100 * r.after.fraction_of_best:>12.1f}% "
+              f"{100 * r.after.guarded_fraction:>6.1f}%")
     for framework in sorted({r.framework for r in rows}):
         mine = [r for r in rows if r.framework == framework]
         rows_n = sum(r.after.rows for r in mine)
@@ -415,16 +416,20 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
                        if r.after.native_rows) / anchored_n if anchored_n else math.nan
         picks = [f for r in mine for f in r.after.per_job_fraction]
         pick = statistics.fmean(picks) if picks else math.nan
+        kept = [f for r in mine for f in r.after.per_job_guarded]
+        guarded = statistics.fmean(kept) if kept else math.nan
         print(f"  {framework}: {len(mine)} held-out models, {rows_n} predictions: MAPE "
               f"{100 * mape:.1f}% ({100 * anchored:.1f}% of {anchored_n} once native is "
-              f"measured, as the tuner scores), pick {100 * pick:.1f}% of the best")
+              f"measured, as the tuner scores), pick {100 * pick:.1f}% of the best, "
+              f"{100 * guarded:.1f}% with the guard (the pick or native, the faster)")
     if any(r.online for r in rows):
         print("held-out runs replayed window by window (each window scored by the network "
               "as the tuner has it then):")
         for r in rows:
             print(f"  {r.model:<18} {r.framework:<11} " + "; ".join(
                 f"{_replay_name(m)} MAPE {100 * e.mape:.1f}%, pick "
-                f"{100 * e.fraction_of_best:.1f}%" for m, e in r.online.items()))
+                f"{100 * e.fraction_of_best:.1f}% ({100 * e.guarded_fraction:.1f}% guarded)"
+                for m, e in r.online.items()))
         for framework in sorted({r.framework for r in rows}):
             mine = [r for r in rows if r.framework == framework and r.online]
             for method in mine[0].online if mine else ():
@@ -432,8 +437,10 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
                 n = sum(e.rows for e in got)
                 mape = sum(e.mape * e.rows for e in got) / n
                 pick = sum(e.fraction_of_best * e.rows for e in got) / n
+                guarded = sum(e.guarded_fraction * e.rows for e in got) / n
                 print(f"  {framework}, {_replay_name(method)}: {n} windows of {len(mine)} "
-                      f"held-out models, MAPE {100 * mape:.1f}%, pick {100 * pick:.1f}%")
+                      f"held-out models, MAPE {100 * mape:.1f}%, pick {100 * pick:.1f}%, "
+                      f"{100 * guarded:.1f}% with the guard")
 
 
 def _replay_name(method: str | None) -> str:

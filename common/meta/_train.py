@@ -212,7 +212,9 @@ class EvalReport:
     per job with >= 2 configurations, true speed of the top-ranked one over the best's;
     ``native_mape``: the MAPE of the other rows of jobs that measured native, once their
     predictions are anchored to native's measured speed, as the tuner scores (``anchor``; NaN
-    without such jobs)."""
+    without such jobs); ``per_job_guarded``: per job, the faster of the top-ranked
+    configuration and native over the best, what the tuner's guard keeps after measuring both
+    (the top-ranked one's where the job has no native row)."""
 
     rows: int
     jobs: int
@@ -222,13 +224,19 @@ class EvalReport:
     per_job_fraction: tuple[float, ...]
     native_mape: float = math.nan
     native_rows: int = 0
+    per_job_guarded: tuple[float, ...] = ()
+
+    @property
+    def guarded_fraction(self) -> float:
+        return float(np.mean(self.per_job_guarded)) if self.per_job_guarded else math.nan
 
     def describe(self) -> str:
         anchored = "" if not self.native_rows else \
             f", {100 * self.native_mape:.1f}% once native is measured"
         return (f"{self.rows} rows, {self.jobs} jobs: MAPE {100 * self.mape:.1f}%{anchored}, "
                 f"picked configuration at {100 * self.fraction_of_best:.1f}% of the best on "
-                f"average (worst job {100 * self.worst_fraction:.1f}%)")
+                f"average (worst job {100 * self.worst_fraction:.1f}%; the pick or native, "
+                f"whichever is faster, {100 * self.guarded_fraction:.1f}%)")
 
 
 def predict_speeds(model: MetaModel, data: Arrays) -> npt.NDArray[np.float64]:
@@ -242,13 +250,14 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
     predicted = predict_speeds(model, data)
     observed = speed_from_target(data.target, data.samples_per_step, data.ref_s)
     mape = float(np.mean(np.abs(predicted - observed) / observed))
-    fractions, anchored = [], []
+    fractions, guarded, anchored = [], [], []
     for j in np.unique(data.job):
         rows = np.flatnonzero(data.job == j)
+        native = rows[data.partition_bytes[rows] == NATIVE_BYTES]
         if len(rows) >= 2:
             pick = rows[int(np.argmax(predicted[rows]))]
             fractions.append(float(observed[pick] / observed[rows].max()))
-        native = rows[data.partition_bytes[rows] == NATIVE_BYTES]
+            guarded.append(_guarded(observed, pick, native) / float(observed[rows].max()))
         if len(native) and len(rows) > len(native):
             others = rows[data.partition_bytes[rows] != NATIVE_BYTES]
             scaled = anchor(predicted[others], float(predicted[native[0]]),
@@ -259,7 +268,12 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
                       worst_fraction=min(fractions, default=math.nan),
                       per_job_fraction=tuple(fractions),
                       native_mape=float(np.mean(anchored)) if anchored else math.nan,
-                      native_rows=len(anchored))
+                      native_rows=len(anchored), per_job_guarded=tuple(guarded))
+
+
+def _guarded(speeds: npt.NDArray[np.float64], pick: int, native: npt.NDArray[np.intp]) -> float:
+    """What the guard keeps: the faster measured of the pick and native (if measured)."""
+    return max([float(speeds[pick])] + [float(speeds[i]) for i in native[:1]])
 
 
 def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = "ridge",
@@ -272,6 +286,7 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
     as a fraction of the run's best. ``report`` gets a line per run."""
     errors: list[float] = []
     fractions: list[float] = []
+    guarded: list[float] = []
     work: MetaModel | None = None  # the adapted copy, one for all windows
     runs = dataset.runs()
     if not runs:
@@ -281,6 +296,7 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
         jobs = [r.job(j) for j in range(r.num_jobs)]
         row_of = [int(np.flatnonzero(r["sample_job"] == j)[0]) for j in range(r.num_jobs)]
         parts, credits, speeds = r["partition_bytes"], r["credit_bytes"], r["speed"]
+        native = np.flatnonzero(parts == NATIVE_BYTES)
         seen = len(errors)
         for t in range(max(1, start), r.num_jobs):
             current = model
@@ -294,7 +310,9 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
             predicted = np.asarray(current.predict(jobs[t - 1], parts, credits), np.float64)
             row = row_of[t]
             errors.append(abs(predicted[row] - speeds[row]) / speeds[row])
-            fractions.append(float(speeds[int(np.argmax(predicted))] / speeds.max()))
+            pick = int(np.argmax(predicted))
+            fractions.append(float(speeds[pick] / speeds.max()))
+            guarded.append(_guarded(speeds, pick, native) / float(speeds.max()))
         if report is not None and len(errors) > seen:
             report(f"  {run}: {len(errors) - seen} windows, MAPE "
                    f"{100 * np.mean(errors[seen:]):.1f}%, pick "
@@ -303,7 +321,8 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
         raise ConfigError(f"no run has more than start={start} windows")
     return EvalReport(rows=len(errors), jobs=len(runs), mape=float(np.mean(errors)),
                       fraction_of_best=float(np.mean(fractions)),
-                      worst_fraction=float(min(fractions)), per_job_fraction=tuple(fractions))
+                      worst_fraction=float(min(fractions)), per_job_fraction=tuple(fractions),
+                      per_job_guarded=tuple(guarded))
 
 
 FRAMEWORKS = {"allreduce": "tensorflow", "ps": "mxnet"}  # a job's arch -> the adapter

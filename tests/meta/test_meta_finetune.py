@@ -159,6 +159,7 @@ def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path:
     for name in set(real["job_model"].tolist()):
         assert f"\n  {name} " in table
     assert "held-out models" in table
+    assert "with the guard (the pick or native, the faster)" in table
     assert "fine-tuning on" in captured.err
     assert "replayed" not in captured.out
     two, runs = _two_models(real)
@@ -174,6 +175,7 @@ def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path:
         n = 5 * len(two.select_jobs(two["job_arch"] == arch).runs())  # windows 2-6 of 7
         assert f"{frameworks[arch]}, not adapting: {n} windows" in captured.out
         assert f"{frameworks[arch]}, adapting online (ridge): {n} windows" in captured.out
+    assert "% with the guard" in captured.out[captured.out.index("replayed window"):]
 
 
 def test_leave_models_out_replays_the_held_out_runs_adapting_and_not(

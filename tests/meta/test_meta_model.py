@@ -202,6 +202,31 @@ def test_evaluation_anchored_to_native_removes_a_factor_shared_by_a_jobs_configu
     assert no_native.native_rows == 0 and "once native" not in no_native.describe()
 
 
+def test_the_guarded_pick_is_the_faster_of_the_top_ranked_configuration_and_native(
+        model: MetaModel, data: Dataset) -> None:
+    """A job whose top-ranked configuration measures half of native's speed: the pick scores
+    0.5 of the best, the guard (which measures both and keeps the faster) 1.0; a job where the
+    pick is the best scores 1.0 both ways; without a native row the guarded pick is the pick."""
+    parts = np.array([NATIVE_BYTES, 1 << 16, 1 << 20, 1 << 22])
+    credits = np.array([NATIVE_BYTES, 1 << 18, 1 << 22, 1 << 24])
+    tops = [(data.job(j), int(np.argmax(model.predict(data.job(j), parts, credits))))
+            for j in range(data.num_jobs)]
+    scheduled_tops = [(job, top) for job, top in tops if top != 0][:2]
+    assert len(scheduled_tops) == 2, "the network ranks native first on almost every job"
+    rows = []
+    for (job, top), (native, pick) in zip(scheduled_tops, ((200.0, 100.0), (100.0, 300.0)),
+                                          strict=True):
+        speeds = [native] + [pick if i == top else 100.0 for i in range(1, 4)]
+        rows += [Sample(job, int(p), int(c), v)
+                 for p, c, v in zip(parts, credits, speeds, strict=True)]
+    report = evaluate(model, rows)
+    assert report.per_job_fraction == pytest.approx((0.5, 1.0))
+    assert report.per_job_guarded == pytest.approx((1.0, 1.0))
+    assert "the pick or native, whichever is faster, 100.0%" in report.describe()
+    scheduled = evaluate(model, [r for r in rows if r.partition_bytes != NATIVE_BYTES])
+    assert scheduled.per_job_guarded == pytest.approx(scheduled.per_job_fraction)
+
+
 def test_adaptation_reduces_error_on_a_shifted_distribution(model: MetaModel,
                                                             data: Dataset) -> None:
     """The real cluster runs 1.7x slower than the simulator predicted (framework overheads):
