@@ -373,13 +373,11 @@ class Guard:
 
     def _pays_as_probe(self, gain: float, *, tries: int = 1) -> bool:
         """A model's ranked ``gain`` pays for ``tries`` one-window tries: ``PROBE_TRUST`` of it
-        (at most ``PROBE_GAIN_CAP``) over the horizon covers as many misses. Under conditions
-        seen before the horizon counts every time they held: what a try measures comes back
-        with them."""
+        (at most ``PROBE_GAIN_CAP``) over the loop's horizon covers as many misses (under
+        conditions seen before, every time they are expected to hold: what a try measures
+        comes back with them)."""
         loop = self.loop
-        horizon = loop.horizon_s if not loop.before_s else \
-            min(loop.lasted_s + loop.before_s, loop.left_s)
-        return tries * self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * horizon
+        return tries * self._miss_s(1) <= PROBE_TRUST * min(gain, PROBE_GAIN_CAP) * loop.horizon_s
 
     def _probe(self, candidates: Sequence[Candidate],
                predicted_current: float | None) -> Candidate | None:

@@ -251,10 +251,18 @@ class TuningLoop:
         its conditions have held since it started; once they have changed, or when no worker
         knows where the job ends, as long again as the conditions in force have lasted (a
         link that alternates every few seconds pays for no retrace), or as long as they held
-        the last time when they came back and that is longer, never past the end."""
-        if self._changed or math.isinf(self.left_s):
-            return min(max(self.lasted_s, self.expect_s), self.left_s)
-        return self.left_s
+        the last time when they came back and that is longer, never past the end. Conditions
+        that came back are expected to hold the share of the time ahead (``left_s``, or as
+        long again as the job trained) they held so far: a configuration measured under them
+        comes back with them, so a first trace that one stretch of an alternating link cannot
+        pay back may be paid by all of them."""
+        if not self._changed and not math.isinf(self.left_s):
+            return self.left_s
+        stretch = max(self.lasted_s, self.expect_s)
+        if self.before_s and self.trained_s > 0:
+            ahead = self.trained_s if math.isinf(self.left_s) else self.left_s
+            stretch = max(stretch, (self.before_s + self.lasted_s) / self.trained_s * ahead)
+        return min(stretch, self.left_s)
 
     @property
     def lasted_s(self) -> float:
