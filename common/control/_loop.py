@@ -251,11 +251,11 @@ class TuningLoop:
         its conditions have held since it started; once they have changed, or when no worker
         knows where the job ends, as long again as the conditions in force have lasted (a
         link that alternates every few seconds pays for no retrace), or as long as they held
-        the last time when they came back and that is longer, never past the end. Conditions
-        that came back are expected to hold the share of the time ahead (``left_s``, or as
-        long again as the job trained) they held so far: a configuration measured under them
-        comes back with them, so a first trace that one stretch of an alternating link cannot
-        pay back may be paid by all of them."""
+        the last time when they came back and that is longer, or, since what is measured
+        under them comes back with them, the share of the time ahead (``left_s``, else as long
+        again as the job trained) they held so far if that is longer still: a first trace one
+        stretch of an alternating link cannot pay back is paid by all of them. Never past the
+        end."""
         if not self._changed and not math.isinf(self.left_s):
             return self.left_s
         stretch = max(self.lasted_s, self.expect_s)
