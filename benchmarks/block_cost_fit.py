@@ -20,9 +20,8 @@ import os
 import statistics
 
 from common.commands.simulate import parse_seconds
-from common.config import Config
 from common.meta import Dataset, MetaInput
-from common.sim import Layer, Profile, simulate
+from common.meta._prior import simulated_speeds
 from common.tuners import NATIVE_BYTES
 
 SMALL = 64 * 1024
@@ -53,32 +52,14 @@ def _errors(job: MetaInput, speeds: dict[tuple[int, int], list[float]],
             cost: float) -> list[tuple[int, float]]:
     """One run's configurations at one per-block cost (none without native or a link rate)."""
     native = [k for k in speeds if k[0] == NATIVE_BYTES]
-    rate = max(job.bandwidth_down_bps, job.bandwidth_up_bps)
-    if not native or rate <= 0:
+    if not native or max(job.bandwidth_down_bps, job.bandwidth_up_bps) <= 0:
         return []
-
-    def step_s(profile: Profile, config: Config) -> float:
-        return simulate(profile, config, workers=job.workers, arch=job.arch,
-                        servers=job.servers, bandwidth=rate, steps=2, overhead_s=cost,
-                        trace=False).iteration_s
-
     measured_native = statistics.fmean(speeds[native[0]])
-    bare = Profile("run", tuple(Layer(f"l{i}", int(b), 0.0, float(t)) for i, (b, t) in
-                                enumerate(zip(job.layer_bytes, job.layer_backward_s,
-                                              strict=True))), job.batch_size)
-    backward = math.fsum(job.layer_backward_s) or 1.0
-    forward = max(0.0, job.workers * job.batch_size / measured_native
-                  - step_s(bare, Config(scheduling=False)))
-    profile = Profile("run", tuple(Layer(x.name, x.nbytes, forward * x.backward_s / backward,
-                                         x.backward_s) for x in bare.layers), job.batch_size)
-    native_s = step_s(profile, Config(scheduling=False))
-    out = []
-    for (p, c), v in speeds.items():
-        if p != NATIVE_BYTES:
-            ratio = statistics.fmean(v) / measured_native
-            config_s = step_s(profile, Config(partition_bytes=p, credit_bytes=c))
-            out.append((p, math.log(native_s / config_s / ratio)))
-    return out
+    configs = [k for k in speeds if k[0] != NATIVE_BYTES]
+    simulated = simulated_speeds(job, [p for p, _ in configs], [c for _, c in configs],
+                                 measured_native, block_cost_s=cost)
+    return [(p, math.log(v / statistics.fmean(speeds[(p, c)])))
+            for (p, c), v in zip(configs, simulated.tolist(), strict=True)]
 
 
 def main() -> None:

@@ -30,13 +30,13 @@ from common.meta._features import (
     KNOWN_MODELS,
     MetaInput,
     Sample,
-    anchor,
     encode_candidates,
     encode_job,
     speed_from_target,
     target_from_speed,
 )
 from common.meta._model import Head, MetaModel, build_network, keras_module
+from common.meta._prior import score
 from common.output import filtered_stderr
 from common.tuners._space import NATIVE_BYTES
 
@@ -57,6 +57,8 @@ class Arrays:
     ref_s: npt.NDArray[np.float64]
     job: npt.NDArray[np.int64]
     partition_bytes: npt.NDArray[np.int64]
+    credit_bytes: npt.NDArray[np.int64]
+    jobs: tuple[MetaInput, ...]  # by ``job``
 
     def inputs(self) -> list[npt.NDArray[np.float32]]:
         return [self.sequence, self.static, self.candidate]
@@ -82,6 +84,7 @@ def arrays(samples: Sequence[Sample] | Dataset,
                            np.array([s.credit_bytes for s in items]),
                            np.array([s.speed for s in items])))
     seq, static, cand, target, sps, ref, job_ids, partitions = [], [], [], [], [], [], [], []
+    credit_bytes: list[npt.NDArray[np.int64]] = []
     for j, (job, parts, credits, speeds) in enumerate(groups):
         if not len(parts):
             continue
@@ -95,11 +98,13 @@ def arrays(samples: Sequence[Sample] | Dataset,
         ref.append(np.full(count, enc.ref_s))
         job_ids.append(np.full(count, j))
         partitions.append(np.asarray(parts, np.int64))
+        credit_bytes.append(np.asarray(credits, np.int64))
     if not seq:
         raise ConfigError("no samples to encode")
     return Arrays(np.concatenate(seq), np.concatenate(static), np.concatenate(cand),
                   np.concatenate(target), np.concatenate(sps), np.concatenate(ref),
-                  np.concatenate(job_ids), np.concatenate(partitions))
+                  np.concatenate(job_ids), np.concatenate(partitions),
+                  np.concatenate(credit_bytes), tuple(job for job, *_ in groups))
 
 
 def train(dataset: Dataset, *, epochs: int = 60, batch_size: int = 128, seed: int = 0,
@@ -210,11 +215,12 @@ def _Progress(keras: Any, epochs: int, report: Report | None) -> Any:
 class EvalReport:
     """``mape``: mean |predicted - observed| / observed speed over all rows; ``fraction``:
     per job with >= 2 configurations, true speed of the top-ranked one over the best's;
-    ``native_mape``: the MAPE of the other rows of jobs that measured native, once their
-    predictions are anchored to native's measured speed, as the tuner scores (``anchor``; NaN
-    without such jobs); ``per_job_guarded``: per job, the faster of the top-ranked
-    configuration and native over the best, what the tuner's guard keeps after measuring both
-    (the top-ranked one's where the job has no native row)."""
+    ``native_mape``: the MAPE of the other rows of jobs that measured native, scored as the
+    tuner scores once native is measured (``common.meta._prior.score``: anchored to native's
+    speed, the best mixed with the simulator's; NaN without such jobs); ``per_job_guarded``:
+    per job, the faster of that score's top-ranked configuration and native over the best,
+    what the tuner's guard keeps after measuring both (the network's top-ranked one where the
+    job has no native row)."""
 
     rows: int
     jobs: int
@@ -254,15 +260,18 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
     for j in np.unique(data.job):
         rows = np.flatnonzero(data.job == j)
         native = rows[data.partition_bytes[rows] == NATIVE_BYTES]
-        if len(rows) >= 2:
-            pick = rows[int(np.argmax(predicted[rows]))]
-            fractions.append(float(observed[pick] / observed[rows].max()))
-            guarded.append(_guarded(observed, pick, native) / float(observed[rows].max()))
+        pick = rows[int(np.argmax(predicted[rows]))]
         if len(native) and len(rows) > len(native):
-            others = rows[data.partition_bytes[rows] != NATIVE_BYTES]
-            scaled = anchor(predicted[others], float(predicted[native[0]]),
-                            float(observed[native[0]]))
-            anchored.extend(np.abs(scaled - observed[others]) / observed[others])
+            scored = score(data.jobs[j], data.partition_bytes[rows], data.credit_bytes[rows],
+                           predicted[rows], float(observed[native[0]]))
+            others = data.partition_bytes[rows] != NATIVE_BYTES
+            anchored.extend(np.abs(scored[others] - observed[rows][others]) /
+                            observed[rows][others])
+            pick = rows[int(np.argmax(scored))]  # what the guard measures beside native
+        if len(rows) >= 2:
+            fractions.append(float(observed[rows[int(np.argmax(predicted[rows]))]] /
+                                   observed[rows].max()))
+            guarded.append(_guarded(observed, pick, native) / float(observed[rows].max()))
     return EvalReport(rows=len(observed), jobs=len(np.unique(data.job)), mape=mape,
                       fraction_of_best=float(np.mean(fractions)) if fractions else math.nan,
                       worst_fraction=min(fractions, default=math.nan),

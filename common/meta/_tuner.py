@@ -9,7 +9,8 @@ sends one) it proposes with Bayesian optimisation over the same observations, sa
 Once native is measured, its speeds are anchored to that measurement (``anchor``: moved halfway,
 in log terms, to the median of native's recent windows under the conditions in force: a
 window swings by a tenth here, and the job's first carries its warm-up), which removes much of
-the network's absolute miss on a model it never saw.
+the network's absolute miss on a model it never saw, and its best candidates are mixed with
+what the simulator predicts for them on the job's own layers and link (``common.meta._prior``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy.typing as npt
 from common.config import LOG_DIR_ENV, META_MODEL_ENV, Config, environment
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import JobTracker, MetaInput, anchor
+from common.meta._prior import score
 from common.tuners import BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
@@ -104,8 +106,8 @@ class MetaTuner(Tuner):
 
     def scores(self) -> npt.NDArray[np.float64]:
         """Predicted samples/s of every point of the space, in ``space.configs()`` order,
-        anchored once native is measured; one inference per window (and adapted model),
-        which ``predict`` answers from."""
+        anchored and the best mixed with the simulator's once native is measured (``score``);
+        one inference per window (and adapted model), which ``predict`` answers from."""
         if self.job is None:
             raise ConfigError("the meta tuner has seen no window yet")
         self._collect_adaptation()
@@ -113,9 +115,9 @@ class MetaTuner(Tuner):
             self._raw = np.asarray(self.predictor.predict(self.job, self._encoded[:, 0],
                                                           self._encoded[:, 1]), np.float64)
         if self._scored is None:
-            at = self._native_at
-            self._scored = self._raw if not self._native or at is None else anchor(
-                self._raw, float(self._raw[at]), statistics.median(self._native))
+            native = statistics.median(self._native) if self._native else None
+            self._scored = score(self.job, self._encoded[:, 0], self._encoded[:, 1], self._raw,
+                                 native)
         return self._scored
 
     def candidates(self) -> list[Config]:
@@ -142,11 +144,13 @@ class MetaTuner(Tuner):
         if None not in positions:
             scores = self.scores()
             return [float(scores[i]) for i in positions if i is not None]
-        scores, at = self.scores(), self._native_at
-        predicted = self.predictor.predict(self.job, encoded[:, 0], encoded[:, 1])
-        factor = 1.0 if at is None or self._raw is None or self._raw[at] <= 0 else \
-            float(scores[at] / self._raw[at])  # the anchor's, as in ``scores``
-        return [float(v) * factor for v in predicted]
+        self.scores()  # the network's own prediction of native, for the anchor
+        predicted = np.asarray(self.predictor.predict(self.job, encoded[:, 0], encoded[:, 1]),
+                               np.float64)
+        at = self._native_at
+        if at is not None and self._raw is not None and self._native:  # anchored as in scores
+            predicted = anchor(predicted, float(self._raw[at]), statistics.median(self._native))
+        return [float(v) for v in predicted]
 
     def adapt(self, observations: Sequence[Any]) -> None:
         """Fine-tune the head on recent windows in the background (no-op for a predictor

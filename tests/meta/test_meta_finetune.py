@@ -159,7 +159,7 @@ def test_eval_command_leaves_models_out(sim: Dataset, base: MetaModel, tmp_path:
     for name in set(real["job_model"].tolist()):
         assert f"\n  {name} " in table
     assert "held-out models" in table
-    assert "with the guard (the pick or native, the faster)" in table
+    assert "with the guard (the faster of native and the tuner's " in table
     assert "fine-tuning on" in captured.err
     assert "replayed" not in captured.out
     two, runs = _two_models(real)

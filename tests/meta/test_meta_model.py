@@ -37,6 +37,7 @@ from common.meta import (
 )
 from common.meta._model import STAMP
 from common.meta._network import WEIGHTS
+from common.meta._prior import score, simulated_speeds
 from common.meta._train import adapt_head, arrays
 from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace
 
@@ -178,11 +179,12 @@ def test_meta_tuner_proposes_the_models_argmax(model: MetaModel, data: Dataset) 
 
 
 def test_evaluation_anchored_to_native_removes_a_factor_shared_by_a_jobs_configurations(
-        model: MetaModel, data: Dataset) -> None:
+        model: MetaModel, data: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
     """Jobs that run 1.6x and 0.6x what the network predicts, each configuration alike: once
-    the predictions are anchored halfway to native's measurement (as the tuner scores), the
-    other rows miss by |1 - 1/sqrt(factor)| (21% and 29%) instead of |1 - 1/factor| (38% and
-    67%)."""
+    the predictions are anchored halfway to native's measurement (as the tuner scores; here
+    without the simulator's prior, whose shortlist is emptied), the other rows miss by
+    |1 - 1/sqrt(factor)| (21% and 29%) instead of |1 - 1/factor| (38% and 67%)."""
+    monkeypatch.setattr("common.meta._prior.SHORTLIST", 0)
     rows = []
     for j in range(4):
         job = data.job(j)
@@ -200,6 +202,36 @@ def test_evaluation_anchored_to_native_removes_a_factor_shared_by_a_jobs_configu
     assert "once native is measured" in report.describe()
     no_native = evaluate(model, [r for r in rows if r.partition_bytes != NATIVE_BYTES])
     assert no_native.native_rows == 0 and "once native" not in no_native.describe()
+
+
+def test_evaluation_scores_as_the_tuner_with_the_simulators_prior(model: MetaModel,
+                                                                  data: Dataset) -> None:
+    """Where the runs go as the simulator says (speeds made by it, on each job's own layers
+    and link), mixing it into the network's shortlist brings every shortlisted row nearer:
+    a score (a/s)^(1 - w) of the way misses by less than a whenever a is off s. The anchored
+    MAPE of the evaluation is that of ``score``."""
+    parts = np.array([NATIVE_BYTES, 1 << 16, 1 << 18, 1 << 20, 1 << 22])
+    credits = np.array([NATIVE_BYTES, 1 << 18, 1 << 20, 1 << 22, 1 << 24])
+    rows = []
+    for j in range(4):
+        job = data.job(j)
+        truth = simulated_speeds(job, parts, credits, 100.0)
+        rows += [Sample(job, int(p), int(c), float(v))
+                 for p, c, v in zip(parts, credits, truth, strict=True)]
+    with_prior = evaluate(model, rows)
+    errors = []
+    for j in range(4):
+        job, truth = data.job(j), np.array([r.speed for r in rows[5 * j:5 * j + 5]])
+        scored = score(job, parts, credits, model.predict(job, parts, credits), 100.0)
+        errors += list(np.abs(scored[1:] - truth[1:]) / truth[1:])
+    assert with_prior.native_mape == pytest.approx(float(np.mean(errors)), rel=1e-6)
+    anchored = []
+    for j in range(4):
+        job, truth = data.job(j), np.array([r.speed for r in rows[5 * j:5 * j + 5]])
+        predicted = model.predict(job, parts, credits)
+        scaled = predicted * (100.0 / predicted[0]) ** 0.5
+        anchored += list(np.abs(scaled[1:] - truth[1:]) / truth[1:])
+    assert with_prior.native_mape < float(np.mean(anchored))
 
 
 def test_the_guarded_pick_is_the_faster_of_the_top_ranked_configuration_and_native(

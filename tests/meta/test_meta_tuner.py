@@ -14,8 +14,9 @@ import pytest
 
 from common.config import Config
 from common.meta import MetaTuner, create_meta_tuner
+from common.meta._prior import PRIOR_WEIGHT, simulated_speeds
 from common.testing.meta import FixedPredictor
-from common.tuners import BayesianTuner, SearchSpace, create
+from common.tuners import NATIVE_BYTES, BayesianTuner, SearchSpace, create
 
 
 def speed(partition: int, credit: int) -> float:
@@ -84,9 +85,18 @@ def test_once_native_is_measured_the_predictions_move_toward_it() -> None:
     for speed_seen in (140.0, 20.0, 150.0, 160.0, 155.0):  # a warm-up window does not count
         tuner.observe(native, speed_seen)
     tuner.observe(best, 999.0)  # a scheduled window does not move the anchor
-    # measured 150 where 600 was predicted: a quarter, so every speed halves (0.25 ** 0.5)
-    assert tuner.predict([native, best]) == [pytest.approx(300.0), pytest.approx(100.0)]
-    off = tuner.predict([outside])
+    # measured 150 where 600 was predicted: a quarter, so every speed halves (0.25 ** 0.5);
+    # native and the best are mixed with the simulator's too (common.meta._prior), which puts
+    # native at its measurement
+    job = tuner.job
+    assert job is not None
+    prior = simulated_speeds(job, [NATIVE_BYTES, 2 << 20], [NATIVE_BYTES, 8 << 20], 150.0)
+    w = PRIOR_WEIGHT
+    assert prior[0] == pytest.approx(150.0)
+    assert tuner.predict([native, best]) == [
+        pytest.approx(300.0 ** (1 - w) * 150.0 ** w),
+        pytest.approx(100.0 ** (1 - w) * prior[1] ** w)]
+    off = tuner.predict([outside])  # not in the space: anchored only
     assert off is not None and off[0] == pytest.approx(speed(3 << 20, 12 << 20))
     assert tuner.propose() == proposal
     tuner.reset()

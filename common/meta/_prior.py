@@ -1,0 +1,90 @@
+"""The simulator as a prior on the network's best candidates, once native is measured.
+
+The network learns from a handful of architectures; the simulator (``common.sim``) runs the
+plan that runs, on the job's own measured layers and link, for any architecture. Neither is
+right alone on a model the network never saw (left out one architecture at a time, see
+datasets/SCHEMA.md: the network's anchored speeds and the simulator's each miss by 12-18%), but
+their errors differ, so the tuner ranks by a mix of the two in log terms. The simulator's
+forward time is what is left of native's measured step after its simulated communication, so
+its speeds say how each configuration differs from native, not how fast the machine is; it
+costs about 10 us a block (a 64 KiB partition of ResNet-50: 1,559 blocks, 13 ms), so only
+native and the network's ``SHORTLIST`` best are simulated, as far as ``BLOCK_BUDGET`` blocks in
+all go (best first: a shortlisted candidate beyond it keeps the anchored score).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from common.config import Config
+from common.meta._dataset import BLOCK_COST_S
+from common.meta._features import MetaInput, anchor
+from common.sim import Layer, Profile, simulate
+from common.tuners import NATIVE_BYTES
+
+__all__ = ["BLOCK_BUDGET", "PRIOR_WEIGHT", "SHORTLIST", "score", "simulated_speeds"]
+
+PRIOR_WEIGHT = 0.25  # the simulator's share, in log terms, of a shortlisted candidate's score
+SHORTLIST = 12  # the network's best candidates the simulator scores too
+BLOCK_BUDGET = 2000  # blocks simulated per scoring: about 20 ms here
+
+
+def simulated_speeds(job: MetaInput, partitions: npt.ArrayLike, credits: npt.ArrayLike,
+                     native_speed: float, *,
+                     block_cost_s: float | None = None) -> npt.NDArray[np.float64]:
+    """Samples/s of each (partition, credit) in bytes (``NATIVE_BYTES``: native) as the
+    simulator runs it on ``job``'s layers and link, its forward time set so native's simulated
+    step takes what native measured (``native_speed`` samples/s), at ``block_cost_s`` a block
+    (default: the job's framework's, ``BLOCK_COST_S``)."""
+    rate = max(job.bandwidth_down_bps, job.bandwidth_up_bps)
+    cost = BLOCK_COST_S[job.arch] if block_cost_s is None else block_cost_s
+
+    def step_s(forward_s: float, config: Config) -> float:
+        backward = math.fsum(job.layer_backward_s)
+        profile = Profile("job", tuple(
+            Layer(f"l{i}", nbytes, forward_s * t / backward, t)
+            for i, (nbytes, t) in enumerate(zip(job.layer_bytes, job.layer_backward_s,
+                                                strict=True))), job.batch_size)
+        return simulate(profile, config, workers=job.workers, arch=job.arch,
+                        servers=job.servers, bandwidth=rate, overhead_s=cost,
+                        trace=False).iteration_s
+
+    native = Config(scheduling=False)
+    measured_s = job.workers * job.batch_size / native_speed
+    forward = max(0.0, measured_s - step_s(0.0, native))
+    native_s = step_s(forward, native)
+    out = [step_s(forward, native if p >= NATIVE_BYTES else
+                  Config(partition_bytes=int(p), credit_bytes=int(c))) / native_s * measured_s
+           for p, c in zip(np.asarray(partitions).tolist(), np.asarray(credits).tolist(),
+                           strict=True)]
+    return job.workers * job.batch_size / np.asarray(out, np.float64)
+
+
+def score(job: MetaInput, partitions: npt.ArrayLike, credits: npt.ArrayLike,
+          predicted: npt.ArrayLike, native_speed: float | None) -> npt.NDArray[np.float64]:
+    """What the tuner ranks by: the network's ``predicted`` speeds, and once native is measured
+    (``native_speed``), those anchored to it (``anchor``) with native and the ``SHORTLIST`` best
+    (within ``BLOCK_BUDGET``) mixed with the simulator's (``PRIOR_WEIGHT`` in log terms).
+    Unchanged without native among the candidates."""
+    raw = np.asarray(predicted, np.float64)
+    parts = np.asarray(partitions, np.int64)
+    natives = np.flatnonzero(parts >= NATIVE_BYTES)
+    if native_speed is None or not native_speed > 0 or not len(natives):
+        return raw
+    at = int(natives[0])
+    out = anchor(raw, float(raw[at]), native_speed)
+    total = sum(job.layer_bytes)
+    budget = BLOCK_BUDGET - job.num_layers
+    chosen = [at]
+    for i in [int(i) for i in np.argsort(-out, kind="stable") if i != at][:SHORTLIST]:
+        blocks = max(job.num_layers, -(-total // max(1, int(parts[i]))))
+        if blocks <= budget:
+            chosen.append(i)
+            budget -= blocks
+    prior = simulated_speeds(job, parts[chosen], np.asarray(credits, np.int64)[chosen],
+                             native_speed)
+    out[chosen] = np.exp((1 - PRIOR_WEIGHT) * np.log(out[chosen]) + PRIOR_WEIGHT * np.log(prior))
+    return out
