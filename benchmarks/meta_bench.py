@@ -7,8 +7,10 @@
    Keras (what a tuner that scored in Keras loaded): wall and CPU seconds, peak memory.
 1. One inference over all 176 candidates of the default search space (features included),
    per shipped profile: the NumPy scorer as the tuner runs it (encoder once, head over the
-   candidates), and Keras' ``model.predict`` on the training model with the job tiled.
-   Median and p90 of --repeat calls, measured side by side in one run (the machine is noisy).
+   candidates), Keras' ``model.predict`` on the training model with the job tiled, and the
+   whole scoring the tuner does once native is measured (native too, the anchor, the
+   simulator's prior on the network's best: ``common.meta._prior.score``). Median and p90 of
+   --repeat calls, measured side by side in one run (the machine is noisy).
 2. Per profile and architecture (16 workers, 3 Gbit/s: a held-out bandwidth; PS with 4
    servers), simulated speeds: the configuration the model picks vs the grid's best, and P3's
    default (160 KiB, 1x). Simulated, not measured on the testbed.
@@ -35,9 +37,10 @@ import numpy as np
 from common.config import Config
 from common.meta import Dataset, MetaInput, MetaModel, encode_candidates, encode_job
 from common.meta._features import Sample
+from common.meta._prior import score
 from common.meta._train import adapt_head
 from common.sim import MODELS, Profile, get_profile, simulate
-from common.tuners import SearchSpace
+from common.tuners import NATIVE_BYTES, SearchSpace
 
 
 def job_of(name: str, *, workers: int, arch: str, rate: float, servers: int = 1) -> MetaInput:
@@ -79,10 +82,17 @@ def main() -> None:
     grid = np.array(list(SearchSpace()))
     parts, credits = grid[:, 0], grid[:, 0] * grid[:, 1]
 
-    print(f"\n1. one inference over {len(grid)} candidates (ms, median / p90 of {args.repeat})")
-    print(f"{'model':<12} {'NumPy':>14} {'model.predict':>14}")
+    print(f"\n1. one inference over {len(grid)} candidates (ms, median / p90 of {args.repeat}); "
+          "as the tuner scores once native is measured: the NumPy inference with native, the "
+          "anchor and the simulator's prior on the best")
+    print(f"{'model':<12} {'NumPy':>14} {'model.predict':>14} {'as the tuner':>14}")
+    with_native = (np.append(parts, NATIVE_BYTES), np.append(credits, NATIVE_BYTES))
     for name in MODELS:
         job = job_of(name, workers=16, arch="allreduce", rate=10e9)
+
+        def scored(job: MetaInput = job) -> object:
+            predicted = model.predict(job, *with_native)
+            return score(job, *with_native, predicted, float(predicted[-1]))
 
         def naive(job: MetaInput = job) -> object:
             enc = encode_job(job, vocabulary=model.vocabulary)
@@ -93,6 +103,7 @@ def main() -> None:
 
         cells = [timed(functools.partial(model.predict, job, parts, credits), args.repeat)]
         cells.append(timed(naive, max(5, args.repeat // 5)))
+        cells.append(timed(scored, args.repeat))
         print(f"{name:<12} " + " ".join(f"{m:>6.1f} / {p:>5.1f}" for m, p in cells))
 
     print("\n2. simulated speed of the pick (16 workers, 3 Gbit/s, held out; PS: 4 servers)")

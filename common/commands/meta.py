@@ -424,8 +424,9 @@ def _leave_models_out(model: Any, data: Any, args: argparse.Namespace) -> None:
               f"{100 * guarded:.1f}% with the guard (the faster of native and the tuner's "
               "pick once native is measured)")
     if any(r.online for r in rows):
-        print("held-out runs replayed window by window (each window scored by the network "
-              "as the tuner has it then):")
+        print("held-out runs replayed window by window (each window scored as the tuner "
+              "scores it then: the network as adapted so far, and once native ran, anchored "
+              "and with the simulator's prior):")
         for r in rows:
             print(f"  {r.model:<18} {r.framework:<11} " + "; ".join(
                 f"{_replay_name(m)} MAPE {100 * e.mape:.1f}%, pick "

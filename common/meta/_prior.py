@@ -25,11 +25,13 @@ from common.meta._features import MetaInput, anchor
 from common.sim import Layer, Profile, simulate
 from common.tuners import NATIVE_BYTES
 
-__all__ = ["BLOCK_BUDGET", "PRIOR_WEIGHT", "SHORTLIST", "score", "simulated_speeds"]
+__all__ = ["BLOCK_BUDGET", "NATIVE_WINDOWS", "PRIOR_WEIGHT", "SHORTLIST", "score",
+           "simulated_speeds"]
 
 PRIOR_WEIGHT = 0.25  # the simulator's share, in log terms, of a shortlisted candidate's score
 SHORTLIST = 12  # the network's best candidates the simulator scores too
 BLOCK_BUDGET = 2000  # blocks simulated per scoring: about 20 ms here
+NATIVE_WINDOWS = 8  # native's recent windows whose median is its measurement
 
 
 def simulated_speeds(job: MetaInput, partitions: npt.ArrayLike, credits: npt.ArrayLike,

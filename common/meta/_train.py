@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from common.meta._features import (
     target_from_speed,
 )
 from common.meta._model import Head, MetaModel, build_network, keras_module
-from common.meta._prior import score
+from common.meta._prior import NATIVE_WINDOWS, score
 from common.output import filtered_stderr
 from common.tuners._space import NATIVE_BYTES
 
@@ -290,7 +291,9 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
     """Testbed runs replayed as the tuner meets them, with online adaptation: for each window
     t >= ``start`` of a run (windows in the order they ran), adapt a copy of ``model`` on the
     run's windows before t (each scored with its own statistics; ``method=None``: no
-    adaptation), then score with window t-1's statistics. The error is that of window t's
+    adaptation), then score with window t-1's statistics as the tuner does (``score``: once
+    native ran before t, anchored to its windows and mixed with the simulator's prior on the
+    best). The error is that of window t's
     configuration against its speed; the pick is the run's best-predicted configuration,
     as a fraction of the run's best. ``report`` gets a line per run."""
     errors: list[float] = []
@@ -316,7 +319,11 @@ def evaluate_online(model: MetaModel, dataset: Dataset, *, method: str | None = 
                     work = model.with_head(model.head())
                 work.take_head(adapt_head(model, past, method=method, background=False).result())
                 current = work
-            predicted = np.asarray(current.predict(jobs[t - 1], parts, credits), np.float64)
+            measured = [float(speeds[row_of[j]]) for j in range(t)
+                        if parts[row_of[j]] == NATIVE_BYTES][-NATIVE_WINDOWS:]
+            predicted = score(jobs[t - 1], parts, credits,
+                              current.predict(jobs[t - 1], parts, credits),
+                              statistics.median(measured) if measured else None)
             row = row_of[t]
             errors.append(abs(predicted[row] - speeds[row]) / speeds[row])
             pick = int(np.argmax(predicted))

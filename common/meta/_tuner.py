@@ -29,15 +29,12 @@ import numpy.typing as npt
 from common.config import LOG_DIR_ENV, META_MODEL_ENV, Config, environment
 from common.errors import ConfigError, FrameworkMissingError, ModelFileError
 from common.meta._features import JobTracker, MetaInput, anchor
-from common.meta._prior import score
+from common.meta._prior import NATIVE_WINDOWS, score
 from common.tuners import BayesianTuner, SearchSpace, Tuner
 
 __all__ = ["MetaTuner", "Predictor", "create_meta_tuner"]
 
 log = logging.getLogger(__name__)
-
-NATIVE_WINDOWS = 8  # native's recent windows whose median anchors the predictions
-
 
 class Predictor(Protocol):
     def predict(self, job: MetaInput, partitions: npt.ArrayLike,

@@ -52,9 +52,11 @@ def test_a_silent_worker_is_lost_after_the_grace_period_and_back_when_heard(
         peer.send_multipart(signer.sign("hello", {"rank": 1, "num_workers": 2}))
         peer.send_multipart(signer.sign("alive", {"rank": 1, "step": 41}))
         _until(lambda: "worker1" in coordinator._heard, 5, "the coordinator never heard worker1")
-        started = time.monotonic()  # worker1 goes silent; worker0's link keeps talking
+        # worker1 goes silent; worker0's link keeps talking
         _until(lambda: "worker1" in coordinator.lost, 5, "worker1 was never declared lost")
-        assert 1.5 <= time.monotonic() - started <= 3.0
+        # the silence the coordinator measured when it declared the loss, not this thread's
+        # polling, which a loaded machine delays
+        assert 1.5 <= coordinator.lost["worker1"]["silent_s"] <= 3.0
         assert coordinator.lost["worker1"]["step"] == 41 and "worker0" not in coordinator.lost
         _until(lambda: "worker1" in agent.peers(), 3, "worker0 never heard of the silence")
         assert "the coordinator has not heard worker1 for" in agent.peers()

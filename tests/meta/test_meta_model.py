@@ -474,3 +474,30 @@ def test_online_replay_of_real_runs_scores_each_next_window(data: Dataset) -> No
     assert adapted.rows == 1 and adapted.mape != plain.mape
     with pytest.raises(ConfigError, match="needs testbed runs"):
         evaluate_online(shipped, run.select_jobs(run["job_run"] == ""))
+
+
+def test_online_replay_scores_as_the_tuner_once_native_ran(data: Dataset) -> None:
+    """A run whose first window ran native: every later window is scored as the tuner
+    scores it, anchored to native's windows so far and with the simulator's prior."""
+    import dataclasses
+
+    from common.meta import Sample, evaluate_online
+
+    job = data.job(0)
+    configs = [(NATIVE_BYTES, NATIVE_BYTES), (1 << 18, 1 << 20), (1 << 20, 1 << 22),
+               (1 << 22, 1 << 24)]
+    speeds_seen = [80.0, 95.0, 110.0, 90.0]
+    windows = [dataclasses.replace(job, bandwidth_up_bps=job.bandwidth_up_bps * (1 + i / 50))
+               for i in range(len(configs))]
+    samples = [Sample(w, p, c, v)
+               for w, (p, c), v in zip(windows, configs, speeds_seen, strict=True)]
+    run = Dataset.from_samples(samples, source="testbed", runs=["run0/decisions-x"] * 4)
+    shipped = MetaModel.load()
+    got = evaluate_online(shipped, run, method=None, start=3)
+    parts, credits, speeds = run["partition_bytes"], run["credit_bytes"], run["speed"]
+    scored = score(run.job(2), parts, credits, shipped.predict(run.job(2), parts, credits),
+                   80.0)
+    row = int(np.flatnonzero(run["sample_job"] == 3)[0])
+    assert got.rows == 1
+    assert got.mape == pytest.approx(abs(scored[row] - speeds[row]) / speeds[row])
+    assert got.fraction_of_best == pytest.approx(speeds[int(np.argmax(scored))] / speeds.max())
