@@ -43,26 +43,27 @@ def simulated_speeds(job: MetaInput, partitions: npt.ArrayLike, credits: npt.Arr
     (default: the job's framework's, ``BLOCK_COST_S``)."""
     rate = max(job.bandwidth_down_bps, job.bandwidth_up_bps)
     cost = BLOCK_COST_S[job.arch] if block_cost_s is None else block_cost_s
+    backward = math.fsum(job.layer_backward_s)
 
-    def step_s(forward_s: float, config: Config) -> float:
-        backward = math.fsum(job.layer_backward_s)
-        profile = Profile("job", tuple(
+    def profile(forward_s: float) -> Profile:
+        return Profile("job", tuple(
             Layer(f"l{i}", nbytes, forward_s * t / backward, t)
             for i, (nbytes, t) in enumerate(zip(job.layer_bytes, job.layer_backward_s,
                                                 strict=True))), job.batch_size)
-        return simulate(profile, config, workers=job.workers, arch=job.arch,
-                        servers=job.servers, bandwidth=rate, overhead_s=cost,
-                        trace=False).iteration_s
+
+    def step_s(run: Profile, config: Config) -> float:
+        return simulate(run, config, workers=job.workers, arch=job.arch, servers=job.servers,
+                        bandwidth=rate, overhead_s=cost, trace=False).iteration_s
 
     native = Config(scheduling=False)
     measured_s = job.workers * job.batch_size / native_speed
-    forward = max(0.0, measured_s - step_s(0.0, native))
-    native_s = step_s(forward, native)
-    out = [step_s(forward, native if p >= NATIVE_BYTES else
-                  Config(partition_bytes=int(p), credit_bytes=int(c))) / native_s * measured_s
-           for p, c in zip(np.asarray(partitions).tolist(), np.asarray(credits).tolist(),
-                           strict=True)]
-    return job.workers * job.batch_size / np.asarray(out, np.float64)
+    run = profile(max(0.0, measured_s - step_s(profile(0.0), native)))
+    native_s = step_s(run, native)
+    return np.array([native_speed * native_s / step_s(run, native if p >= NATIVE_BYTES else
+                                                      Config(partition_bytes=int(p),
+                                                             credit_bytes=int(c)))
+                     for p, c in zip(np.asarray(partitions).tolist(),
+                                     np.asarray(credits).tolist(), strict=True)], np.float64)
 
 
 def score(job: MetaInput, partitions: npt.ArrayLike, credits: npt.ArrayLike,

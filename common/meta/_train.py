@@ -261,7 +261,7 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
     for j in np.unique(data.job):
         rows = np.flatnonzero(data.job == j)
         native = rows[data.partition_bytes[rows] == NATIVE_BYTES]
-        pick = rows[int(np.argmax(predicted[rows]))]
+        top = pick = rows[int(np.argmax(predicted[rows]))]
         if len(native) and len(rows) > len(native):
             scored = score(data.jobs[j], data.partition_bytes[rows], data.credit_bytes[rows],
                            predicted[rows], float(observed[native[0]]))
@@ -270,8 +270,7 @@ def evaluate(model: MetaModel, samples: Dataset | Sequence[Sample]) -> EvalRepor
                             observed[rows][others])
             pick = rows[int(np.argmax(scored))]  # what the guard measures beside native
         if len(rows) >= 2:
-            fractions.append(float(observed[rows[int(np.argmax(predicted[rows]))]] /
-                                   observed[rows].max()))
+            fractions.append(float(observed[top] / observed[rows].max()))
             guarded.append(_guarded(observed, pick, native) / float(observed[rows].max()))
     return EvalReport(rows=len(observed), jobs=len(np.unique(data.job)), mape=mape,
                       fraction_of_best=float(np.mean(fractions)) if fractions else math.nan,

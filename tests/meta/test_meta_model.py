@@ -35,6 +35,7 @@ from common.meta import (
     generate,
     train,
 )
+from common.meta._features import anchor
 from common.meta._model import STAMP
 from common.meta._network import WEIGHTS
 from common.meta._prior import score, simulated_speeds
@@ -229,7 +230,7 @@ def test_evaluation_scores_as_the_tuner_with_the_simulators_prior(model: MetaMod
     for j in range(4):
         job, truth = data.job(j), np.array([r.speed for r in rows[5 * j:5 * j + 5]])
         predicted = model.predict(job, parts, credits)
-        scaled = predicted * (100.0 / predicted[0]) ** 0.5
+        scaled = anchor(predicted, float(predicted[0]), 100.0)
         anchored += list(np.abs(scaled[1:] - truth[1:]) / truth[1:])
     assert with_prior.native_mape < float(np.mean(anchored))
 
