@@ -1,0 +1,57 @@
+"""benchmarks/lmo_scores.py: scoring saved leave-models-out predictions every way."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.tuners import NATIVE_BYTES
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lmo_scores.py"
+
+
+def _main() -> Callable[[list[str]], int]:
+    spec = importlib.util.spec_from_file_location("lmo_scores", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    main: Callable[[list[str]], int] = module.main
+    return main
+
+
+def _save(path: Path, network: list[float], simulated: list[float]) -> None:
+    """One TensorFlow job: native (measured 100) and two configurations (measured 90, 120)."""
+    n = 3
+    np.savez_compressed(
+        path, model=np.array(["m"] * n), framework=np.array(["tensorflow"] * n),
+        job=np.zeros(n, np.int64), partition=np.array([NATIVE_BYTES, 1 << 17, 1 << 20]),
+        credit=np.array([NATIVE_BYTES, 1 << 19, 1 << 22]),
+        observed=np.array([100.0, 90.0, 120.0]), network=np.array(network),
+        native=np.full(n, 100.0), simulated=np.array(simulated),
+        shipped=np.array(network), rate=np.full(n, 1e9), total_bytes=np.full(n, 1 << 22),
+        layers=np.full(n, 10))
+
+
+def test_the_cells_give_mape_once_native_is_measured_and_the_guarded_pick(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lmo.npz"
+    # network: native predicted at 100 (anchor moves nothing), 90 and 120 exact; the
+    # simulator wrong by 50% on both and ranking 128KiB first
+    _save(out, [100.0, 90.0, 120.0], [100.0, 135.0, 60.0])
+    assert _main()(["--out", str(out)]) == 0
+    rows = {line.split(" | ")[1]: line.split(" | ")[2:] for line in
+            capsys.readouterr().out.splitlines() if line.startswith("| tensorflow")}
+    anchored, simulator = rows["m"][0], rows["m"][-2]
+    assert anchored == "0.0%, 100.0%"
+    # the simulator's pick (128KiB, measured 90) is guarded by native (100): 100 / 120
+    assert simulator == "50.0%, 83.3%"
+    assert rows["**all**"][0] == anchored
+
+
+def test_scoring_again_needs_the_saved_file(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        _main()(["--out", str(tmp_path / "missing.npz")])
