@@ -280,7 +280,6 @@ class TuningAgent:
     def _send_window(self, window: Window) -> None:
         if self._link is not None:
             self._link.outbox.append(("report", {"window": window.to_dict()}))
-            self._link.wake()
 
     def _on_decision(self, decision: Decision) -> None:
         session, last = self._seen

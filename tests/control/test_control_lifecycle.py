@@ -73,6 +73,37 @@ def test_single_worker_agent_hosts_and_tunes_in_process(tmp_path: Path) -> None:
     assert not _threads()
 
 
+def test_windows_reach_the_coordinator_without_the_training_thread_waking_the_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wake hands the GIL to the link thread mid-step: the link's tick sends windows."""
+    from common.control._link import Link
+
+    wakes: list[str] = []
+    wake = Link.wake
+
+    def counted(link: Link) -> None:
+        wakes.append(threading.current_thread().name)
+        wake(link)
+
+    monkeypatch.setattr(Link, "wake", counted)
+    config = Config(window_steps=4)
+    fast = config.replace(partition_bytes="256KiB", credit_bytes="1MiB")
+    agent = TuningAgent(rank=0, num_workers=1, config=config, tuner=ScriptedTuner([fast]),
+                        guard=False, decision_log=tmp_path / "d.jsonl", environ={})
+    try:
+        for step in range(8):
+            agent.record_step(step, 8, 0.01)
+        deadline = time.monotonic() + 10
+        while (decision := agent.poll()) is None:
+            assert time.monotonic() < deadline, "no decision: the windows never went out"
+            time.sleep(0.01)
+        assert decision.config == fast
+        assert wakes == []
+    finally:
+        agent.close()
+    assert wakes == [threading.main_thread().name]  # only stop wakes it
+
+
 def test_agent_without_an_endpoint_trains_untuned_and_says_how_to_fix_it(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
