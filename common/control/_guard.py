@@ -32,6 +32,9 @@ MAX_MISSES = 2  # scheduled configurations found slower than native before the m
 RECHECK_GAIN = 0.15  # a gain on native below this may be a phase of the machine: checked again
 RECHECK_S = 10.0  # after this much training time on the scheduled configuration
 RECHECK_WINDOWS = 10  # (at least this many windows), doubling each time native is still slower
+TRIAL_WINDOWS = 3  # a try kept on its first windows is judged again until it has this many, by
+#                  their median: one window swings by 10-20% here (TensorFlow's cnn at 3gbit
+#                  kept a probe on one window 14% above native that ran 2% below it after)
 MISS_SLOWDOWN = 0.25  # what a try is assumed to lose until the guard leaves it: of 52 tries
 #                      from native in the native sweep's jobs, 33 measured slower, by 23% on
 #                      average (at most 53%)
@@ -111,7 +114,7 @@ class Guard:
         if not loop.current.scheduling:
             self._slow_windows = 0
             self.explored_from = None
-            back = loop.measured(left) if left is not None else None
+            back = loop.measured(left) if left is not None and left.scheduling else None
             if left is not None and native is not None and back is not None:
                 if native * (1 + self.noise_band) < back <= native * (1 + 2 * self.noise_band) \
                         and loop.runs(loop.native) < 2:
@@ -164,10 +167,10 @@ class Guard:
                            "start beyond the noise band", verdict.gain, verdict.error,
                            verdict.adapt)
         elif left is not None and not left.scheduling:
-            self.explored_from = None  # a probe from native: measured once, kept if faster
-            here = loop.measured(loop.current)
+            here = self._tried()  # a probe from native: kept if faster over its trial
             if native is not None and here is not None and \
                     here <= native * (1 + self.noise_band):
+                self.explored_from = None
                 self.vetoed[knobs(loop.current)] = self._windows
                 self.misses += 1
                 if self._tried_ratio:
@@ -177,9 +180,9 @@ class Guard:
                                "beyond the noise band: back to native", verdict.gain,
                                verdict.error, verdict.adapt)
         elif left is not None and knobs(loop.current) in self.climbed:
-            self.explored_from = None  # a climb from a scheduled one: kept if faster
-            here, there = loop.measured(loop.current), loop.measured(left)
+            here, there = self._tried(), loop.measured(left)  # a climb: kept if faster
             if here is not None and there is not None and here <= there * (1 + self.noise_band):
+                self.explored_from = None
                 self.vetoed[knobs(loop.current)] = self._windows
                 return Verdict("switch", left, f"guard: {here:.1f} samples/s measured on "
                                f"{loop.current.describe()}, not above the {there:.1f} of "
@@ -261,6 +264,16 @@ class Guard:
                            f"within {self.explore_share:.0%} of the time trained)", verdict.gain,
                            verdict.error, verdict.adapt)
         return barred
+
+    def _tried(self) -> float | None:
+        """The speed of the try in force: its mean over its first windows, their median once
+        it has ``TRIAL_WINDOWS``, which ends its trial (later windows are the slow-window
+        rule's)."""
+        loop = self.loop
+        over = loop.runs(loop.current) >= TRIAL_WINDOWS
+        if over:
+            self.explored_from = None
+        return loop.measured(loop.current, median=over)
 
     def _go_back(self, native: float | None) -> Config | None:
         """Under conditions seen before: the fastest configuration measured under them, when

@@ -220,10 +220,13 @@ class TuningLoop:
             return statistics.fmean(self._switch_costs)
         return self._first_cost or 0.0
 
-    def measured(self, config: Config) -> float | None:
-        """Mean observed speed of ``config`` in this job (recent windows), None if never run."""
+    def measured(self, config: Config, *, median: bool = False) -> float | None:
+        """Mean observed speed of ``config`` in this job (recent windows), None if never run;
+        ``median``: their median, which one window of a fast phase cannot carry."""
         speeds = self._history.get(knobs(config))
-        return statistics.fmean(speeds) if speeds else None
+        if not speeds:
+            return None
+        return statistics.median(speeds) if median else statistics.fmean(speeds)
 
     def runs(self, config: Config) -> int:
         """How many of ``config``'s windows ``measured`` averages."""

@@ -13,6 +13,7 @@ from control_helpers import observation
 
 from common.config import Config
 from common.control import TuningLoop
+from common.control._guard import TRIAL_WINDOWS
 from common.decision_log import DecisionLog, read_log
 from common.stats import Observation
 from common.testing.tuners import PredictingTuner, ScriptedTuner
@@ -911,6 +912,29 @@ def test_a_climb_that_measures_no_faster_goes_back_and_each_neighbour_is_tried_o
     assert loop.lost_s < 0  # B's gain on native pays for both tries
 
 
+def test_a_climb_kept_on_one_fast_window_goes_back_when_its_next_windows_are_not_faster(
+        ) -> None:
+    """UP's first window runs 190 (a fast phase), the ones after 145, below B's 150: judged by
+    the median of its first windows, the climb goes back to B within them."""
+    native = A.replace(scheduling=False)
+    loop = TuningLoop(config=B, tuner=PredictingTuner(FLAT, [native, A, B, UP, DOWN]),
+                      trigger=ThresholdTrigger(), explore_share=0.02)
+    measured = {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0, knobs(UP): 145.0,
+                knobs(DOWN): 140.0}
+    current, pending, ran, on_up = B, None, [(0, B)], 0
+    for w in range(200):
+        if pending is not None and w * 10 >= pending.step:
+            current, pending = pending.config, None
+            ran.append((w, current))
+        speed = measured[knobs(current)]
+        if knobs(current) == knobs(UP):
+            speed, on_up = (190.0 if on_up == 0 else speed), on_up + 1
+        pending = loop.on_observation(observation(current, speed, w * 10)) or pending
+    visits = [knobs(c) for _, c in ran]
+    assert visits[:5] == [knobs(B), NATIVE, knobs(B), knobs(UP), knobs(B)], ran
+    assert ran[4][0] - ran[3][0] <= TRIAL_WINDOWS + 3, ran  # 3: the lead
+
+
 def test_a_climb_applied_late_is_judged_on_its_own_windows() -> None:
     """An adapter that hears a decision late applies it a window after the step named: the
     window between still runs where the climb began, and must not count as the climb's."""
@@ -1069,6 +1093,24 @@ def test_a_small_real_gain_survives_its_checks_which_grow_apart(tmp_path: Path) 
     gaps = [b - a for a, b in itertools.pairwise(checks)]
     assert all(b > 1.5 * a for a, b in itertools.pairwise([checks[0] - switches[0][0], *gaps]))
     assert sum("below the 110.0 of" in r for r in reasons) == len(checks), reasons
+
+
+def test_a_probe_kept_on_one_fast_window_goes_back_when_its_next_windows_are_not_faster(
+        tmp_path: Path) -> None:
+    """B's first window lands in a fast phase of the machine (1.25x native), the ones after run
+    0.97x: judged by the median of its first windows, B goes back before native's recheck."""
+    first: list[int] = []
+
+    def speed(config: Config, w: int) -> float:
+        if not config.scheduling:
+            return 100.0
+        first.append(w)
+        return 125.0 if w == first[0] else 97.0
+
+    switches, reasons = _phased(speed, 40, tmp_path)
+    assert [knobs(c) for _, c in switches] == [knobs(B), NATIVE], switches
+    assert switches[1][0] - switches[0][0] <= TRIAL_WINDOWS + 3, switches  # 3: the lead
+    assert not any("measure it again" in r for r in reasons), reasons
 
 
 def test_a_large_gain_is_not_checked_again(tmp_path: Path) -> None:
