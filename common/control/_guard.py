@@ -32,9 +32,9 @@ MAX_MISSES = 2  # scheduled configurations found slower than native before the m
 RECHECK_GAIN = 0.15  # a gain on native below this may be a phase of the machine: checked again
 RECHECK_S = 10.0  # after this much training time on the scheduled configuration
 RECHECK_WINDOWS = 10  # (at least this many windows), doubling each time native is still slower
-TRIAL_WINDOWS = 3  # a try kept on its first windows is judged again until it has this many, by
-#                  their median: one window swings by 10-20% here (TensorFlow's cnn at 3gbit
-#                  kept a probe on one window 14% above native that ran 2% below it after)
+JUDGED_WINDOWS = 3  # a try kept on its first windows is judged again until it has this many,
+#                   by their median: one window swings by 10-20% here (TensorFlow's cnn at
+#                   3gbit kept a probe on one window 14% above native that ran 2% below after)
 MISS_SLOWDOWN = 0.25  # what a try is assumed to lose until the guard leaves it: of 52 tries
 #                      from native in the native sweep's jobs, 33 measured slower, by 23% on
 #                      average (at most 53%)
@@ -167,7 +167,7 @@ class Guard:
                            "start beyond the noise band", verdict.gain, verdict.error,
                            verdict.adapt)
         elif left is not None and not left.scheduling:
-            here = self._tried()  # a probe from native: kept if faster over its trial
+            here = self._try_speed()  # a probe from native: kept if faster over its trial
             if native is not None and here is not None and \
                     here <= native * (1 + self.noise_band):
                 self.explored_from = None
@@ -180,7 +180,7 @@ class Guard:
                                "beyond the noise band: back to native", verdict.gain,
                                verdict.error, verdict.adapt)
         elif left is not None and knobs(loop.current) in self.climbed:
-            here, there = self._tried(), loop.measured(left)  # a climb: kept if faster
+            here, there = self._try_speed(), loop.measured(left)  # a climb: kept if faster
             if here is not None and there is not None and here <= there * (1 + self.noise_band):
                 self.explored_from = None
                 self.vetoed[knobs(loop.current)] = self._windows
@@ -265,12 +265,12 @@ class Guard:
                            verdict.error, verdict.adapt)
         return barred
 
-    def _tried(self) -> float | None:
+    def _try_speed(self) -> float | None:
         """The speed of the try in force: its mean over its first windows, their median once
-        it has ``TRIAL_WINDOWS``, which ends its trial (later windows are the slow-window
-        rule's)."""
+        it has ``JUDGED_WINDOWS``; then the try is no longer one (``explored_from`` cleared:
+        later windows are the slow-window rule's)."""
         loop = self.loop
-        over = loop.runs(loop.current) >= TRIAL_WINDOWS
+        over = loop.runs(loop.current) >= JUDGED_WINDOWS
         if over:
             self.explored_from = None
         return loop.measured(loop.current, median=over)

@@ -13,7 +13,7 @@ from control_helpers import observation
 
 from common.config import Config
 from common.control import TuningLoop
-from common.control._guard import TRIAL_WINDOWS
+from common.control._guard import JUDGED_WINDOWS
 from common.decision_log import DecisionLog, read_log
 from common.stats import Observation
 from common.testing.tuners import PredictingTuner, ScriptedTuner
@@ -932,7 +932,7 @@ def test_a_climb_kept_on_one_fast_window_goes_back_when_its_next_windows_are_not
         pending = loop.on_observation(observation(current, speed, w * 10)) or pending
     visits = [knobs(c) for _, c in ran]
     assert visits[:5] == [knobs(B), NATIVE, knobs(B), knobs(UP), knobs(B)], ran
-    assert ran[4][0] - ran[3][0] <= TRIAL_WINDOWS + 3, ran  # 3: the lead
+    assert ran[4][0] - ran[3][0] <= JUDGED_WINDOWS + 3, ran  # 3: the lead
 
 
 def test_a_climb_applied_late_is_judged_on_its_own_windows() -> None:
@@ -1109,7 +1109,7 @@ def test_a_probe_kept_on_one_fast_window_goes_back_when_its_next_windows_are_not
 
     switches, reasons = _phased(speed, 40, tmp_path)
     assert [knobs(c) for _, c in switches] == [knobs(B), NATIVE], switches
-    assert switches[1][0] - switches[0][0] <= TRIAL_WINDOWS + 3, switches  # 3: the lead
+    assert switches[1][0] - switches[0][0] <= JUDGED_WINDOWS + 3, switches  # 3: the lead
     assert not any("measure it again" in r for r in reasons), reasons
 
 
