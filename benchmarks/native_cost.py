@@ -16,12 +16,21 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
+from typing import Any
 
 from common.bench import JobSpec, run_jobs
 from common.progress import NATIVE
 
 KINDS = ("baseline", "off", "observe", "shipped")
 WINDOW = 10  # the shipped default, so every kind sends windows alike
+
+
+def job_spec(kind: str, name: str, **job: Any) -> JobSpec:
+    """The job of one of ``KINDS``, with the ``JobSpec`` fields ``job`` gives."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return JobSpec(name, window=WINDOW, baseline=kind == "baseline", shipped=kind == "shipped",
+                   start=NATIVE, tuner="observe" if kind == "observe" else "none", **job)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,12 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
-            spec = JobSpec(f"{kind}-{args.framework[:2]}-{label}-{args.rate}-r{r}",
-                           framework=args.framework, model=args.model, steps=args.steps,
-                           devices=args.devices,
-                           window=WINDOW, baseline=kind == "baseline",
-                           shipped=kind == "shipped", start=NATIVE,
-                           tuner="observe" if kind == "observe" else "none")
+            spec = job_spec(kind, f"{kind}-{args.framework[:2]}-{label}-{args.rate}-r{r}",
+                            framework=args.framework, model=args.model, steps=args.steps,
+                            devices=args.devices)
             run = run_jobs([spec], rate=args.rate, out=Path(args.out), echo=False)[0]
             speed, cpu = run.mean_speed(first=WINDOW + 1), run.cpu_s_per_step(first=WINDOW + 1)
             measured[kind].append((speed, cpu))
