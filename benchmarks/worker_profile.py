@@ -7,7 +7,8 @@
 Runs one job of each of ``--kinds`` (native_cost.py's: the framework alone, AutoByte's native
 path with no tuner, with a tuner that only observes, as shipped) on the testbed, one after
 another. Once ``--after`` seconds have passed it watches rank 0's worker for ``--seconds``: the
-CPU each of its threads used (by thread name, from /proc), the Python time by function
+CPU each of its threads used (by thread name, from /proc) and its child processes (the
+coordinator, which rank 0 hosts), the Python time by function
 (``py-spy record``, inclusive) and, with ``--perf``, the native time by symbol (``perf record``,
 self time: where TensorFlow's or MXNet's own threads spend it). Every figure is per step. One job
 of each kind on this noisy machine: read the breakdown, not the speed.
@@ -66,13 +67,28 @@ def _thread_cpu(pid: str) -> dict[str, float]:
     return dict(out)
 
 
+def _children_cpu(pid: str) -> float:
+    """CPU seconds so far of ``pid``'s child processes (rank 0's coordinator, when hosted)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    kids = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
+    for kid in kids:
+        try:
+            stat = Path(f"/proc/{kid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _watch(work: Path, module: str, after: float, seconds: int, perf: bool,
            found: dict[str, object]) -> None:
     time.sleep(after)
     pid = _rank0(module)
     if pid is None:
         return
-    before = _thread_cpu(pid)
+    before, kids_before = _thread_cpu(pid), _children_cpu(pid)
     procs = []
     if Path(SPY).exists():
         procs.append(subprocess.Popen(
@@ -89,6 +105,7 @@ def _watch(work: Path, module: str, after: float, seconds: int, perf: bool,
     time.sleep(max(0.0, seconds - (time.monotonic() - started)))
     after_cpu = _thread_cpu(pid)
     found["threads"] = {name: after_cpu[name] - before.get(name, 0.0) for name in after_cpu}
+    found["children"] = _children_cpu(pid) - kids_before
 
 
 def _spy_ms(raw: Path, steps: float, top: int) -> list[tuple[float, str]]:
@@ -158,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, cpu in sorted(threads.items(), key=lambda kv: -kv[1])[:args.top]:
             if cpu > 0:
                 print(f"  {cpu * 1e3 / steps:7.3f} ms/step  {name}")
+        children = found.get("children")
+        if isinstance(children, float) and children > 0:
+            print(f"  {children * 1e3 / steps:7.3f} ms/step  (child processes: the coordinator)")
         if (work / "spy.txt").exists():
             print("  Python, inclusive:")
             for ms, frame in _spy_ms(work / "spy.txt", steps, args.top):
