@@ -12,12 +12,15 @@ vocabulary, and the weights as a NumPy archive; a file without a matching stamp 
 with ModelFileError rather than silently mis-predicting.
 
 Keras is imported lazily, to train or save a model (or to load a file without the NumPy
-weights): without it those raise FrameworkMissingError with the install command.
+weights): without it those raise FrameworkMissingError with the install command. A model loaded
+from a file and then adapted is saved without Keras: the file it came from gives the Keras part,
+with the arrays that changed rewritten where that file held them (``_write_from_source``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import threading
@@ -52,6 +55,7 @@ FORMAT = "autobyte-meta"
 FORMAT_VERSION = 1
 STAMP = "autobyte_meta.json"
 PRETRAINED = Path(__file__).with_name("pretrained.keras")
+KERAS_WEIGHTS = "model.weights.h5"  # the member of a .keras zip that Keras loads weights from
 
 
 def keras_module() -> Any:
@@ -131,6 +135,7 @@ class MetaModel:
         self.vocabulary = tuple(vocabulary)
         self.info = dict(info or {})
         self._lock = threading.Lock()
+        self._source: Path | None = None  # the file these weights were loaded from
 
     @property
     def network(self) -> Any:
@@ -202,6 +207,7 @@ class MetaModel:
     def with_head(self, head: Head) -> MetaModel:
         """A copy of this model with ``head`` in place (this one is not changed)."""
         copy = MetaModel(weights=self._weights, vocabulary=self.vocabulary, info=self.info)
+        copy._source = self._source
         copy.take_head(head)
         return copy
 
@@ -214,7 +220,8 @@ class MetaModel:
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")
         weights = self._weights
         try:
-            self._keras(weights).save(tmp)  # a new model: no optimizer state
+            if not self._write_from_source(tmp, weights):
+                self._keras(weights).save(tmp)  # a new model: no optimizer state
             stamp = {"format": FORMAT, "format_version": FORMAT_VERSION,
                      "feature_version": FEATURE_VERSION, "vocabulary": list(self.vocabulary),
                      "info": self.info}
@@ -225,6 +232,52 @@ class MetaModel:
         finally:
             tmp.unlink(missing_ok=True)
         return path
+
+    def _write_from_source(self, tmp: Path, weights: Weights) -> bool:
+        """Write ``tmp``'s Keras part as the file these weights were loaded from, each array
+        that changed since put where that file held it, so saving an adapted model needs no
+        Keras (the coordinator saving one at a job's end imported TensorFlow for it: 5 s of a
+        core). False where that cannot be done exactly (no source file, no h5py, a changed
+        array not found once by its value); the caller then builds the network with Keras."""
+        if self._source is None:
+            return False
+        try:
+            import h5py
+        except ImportError:
+            return False
+        try:
+            with zipfile.ZipFile(self._source) as archive:
+                old = _network.from_npz(archive.read(WEIGHTS), str(self._source))
+                members = [(item, archive.read(item.filename)) for item in archive.infolist()
+                           if item.filename not in (STAMP, WEIGHTS)]
+        except (KeyError, OSError, zipfile.BadZipFile, ModelFileError):
+            return False
+        at = next((i for i, (item, _) in enumerate(members)
+                   if item.filename == KERAS_WEIGHTS), None)
+        if at is None or old.keys() != weights.keys():
+            return False
+        buffer = io.BytesIO(members[at][1])
+        with h5py.File(buffer, "r+") as h5:
+            stored: list[Any] = []
+            h5.visititems(lambda _, node: stored.append(node)
+                          if isinstance(node, h5py.Dataset) else None)
+            for name, arrays in weights.items():
+                for before, after in zip(old[name], arrays, strict=True):
+                    before, after = before.astype(np.float32), after.astype(np.float32)
+                    if before.shape != after.shape:
+                        return False
+                    if np.array_equal(before, after):
+                        continue
+                    found = [d for d in stored
+                             if d.shape == before.shape and np.array_equal(d[()], before)]
+                    if len(found) != 1:
+                        return False
+                    found[0][...] = after
+        members[at] = (members[at][0], buffer.getvalue())
+        with zipfile.ZipFile(tmp, "w") as archive:
+            for item, data in members:
+                archive.writestr(item, data)
+        return True
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> MetaModel:
@@ -254,8 +307,10 @@ class MetaModel:
                                  f"{expected}; retrain with `autobyte meta train`")
         vocabulary, info = stamp.get("vocabulary", KNOWN_MODELS), stamp.get("info", {})
         if packed is not None:
-            return cls(weights=_network.from_npz(packed, str(path)), vocabulary=vocabulary,
-                       info=info)
+            model = cls(weights=_network.from_npz(packed, str(path)), vocabulary=vocabulary,
+                        info=info)
+            model._source = path
+            return model
         keras = keras_module()  # a file saved before its weights were kept for NumPy
         try:
             network = keras.saving.load_model(path, compile=False, safe_mode=True)

@@ -201,7 +201,7 @@ class MetaTuner(Tuner):
         if not self.adaptations:
             return
         where = ""
-        if self.adapted_path is not None:  # once, at the end: a save costs rank 0 ~0.3 s of CPU
+        if self.adapted_path is not None:  # once, at the end
             try:
                 where = f"; the last adapted model is {self.predictor.save(self.adapted_path)}"  # type: ignore[attr-defined]
             except Exception as exc:

@@ -445,6 +445,40 @@ def test_an_adapted_head_goes_in_place_without_a_copy_of_the_network(model: Meta
         mine.take_head(dataclasses.replace(head, vocabulary=("other",)))
 
 
+def test_an_adapted_model_is_saved_from_the_file_it_came_from_without_keras(
+        saved: Path, data: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the coordinator does at a job's end: a loaded model with an adapted head is saved
+    with no Keras network built, and the file loads as the adapted model both ways (Keras sees
+    the new head, the NumPy weights predict as the adapted model does)."""
+    import keras
+
+    samples = [Sample(data.job(int(j)), int(p), int(c), float(v) / 1.7)
+               for j, p, c, v in zip(data["sample_job"], data["partition_bytes"],
+                                     data["credit_bytes"], data["speed"], strict=True)][:40]
+    loaded = MetaModel.load(saved)
+    adapted = loaded.with_head(adapt_head(loaded, samples, background=False).result())
+    monkeypatch.setattr(MetaModel, "_keras", staticmethod(_no_keras))
+    out = adapted.save(tmp_path / "adapted.keras")
+    job, parts, credits = samples[0].job, data["partition_bytes"][:8], data["credit_bytes"][:8]
+    np.testing.assert_allclose(MetaModel.load(out).predict(job, parts, credits),
+                               adapted.predict(job, parts, credits), rtol=1e-5)
+    assert MetaModel.load(out).info["adapted_by"] == "ridge"
+    network = keras.saving.load_model(out, compile=False, safe_mode=True)
+    np.testing.assert_allclose(
+        np.concatenate([np.ravel(w) for w in _network.weights_of(network)["target"]]),
+        np.concatenate([np.ravel(w) for w in adapted.head().weights[-2:]]), rtol=1e-6)
+    assert not np.allclose(_network.weights_of(network)["target"][0],
+                           loaded.head().weights[-2])  # the head did change
+    # a model not loaded from a file, or without h5py, is built with Keras as before
+    monkeypatch.setitem(sys.modules, "h5py", None)
+    with pytest.raises(RuntimeError, match="Keras was asked for"):
+        adapted.save(tmp_path / "again.keras")
+
+
+def _no_keras(weights: object) -> object:
+    raise RuntimeError("Keras was asked for")
+
+
 def test_online_replay_of_real_runs_scores_each_next_window(data: Dataset) -> None:
     """``autobyte meta eval --online`` on the first 3 windows of a testbed run (here made of a
     simulated job's configurations): without adapting, window 2 is scored with window 1's
