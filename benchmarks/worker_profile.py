@@ -31,12 +31,12 @@ from pathlib import Path
 from native_cost import KINDS, job_spec
 
 from common.bench import run_jobs
+from common.bench._jobs import MODULES
 from common.config import RANK_ENV, ROLE_ENV
 
 BATCH = 64  # samples per step over both workers (the demos' 32 each)
 HZ = 200
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-MODULES = {"tensorflow": "autobyte_tf.demo", "mxnet": "autobyte_mx.demo"}
 
 
 def _rank0(module: str) -> str | None:
@@ -52,33 +52,33 @@ def _rank0(module: str) -> str | None:
     return None
 
 
+def _cpu_s(stat: str) -> float:
+    """CPU seconds (user and system) in one /proc stat line of a process or thread."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _thread_cpu(pid: str) -> dict[str, float]:
     """CPU seconds so far of each of ``pid``'s threads, summed by name (digits dropped)."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: collections.Counter[str] = collections.Counter()
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except OSError:
             continue
-        name = re.sub(r"\d+", "#", stat[stat.index("(") + 1:stat.rindex(")")])
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[name] += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        out[re.sub(r"\d+", "#", stat[stat.index("(") + 1:stat.rindex(")")])] += _cpu_s(stat)
     return dict(out)
 
 
 def _children_cpu(pid: str) -> float:
     """CPU seconds so far of ``pid``'s child processes (rank 0's coordinator, when hosted)."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     kids = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
     for kid in kids:
         try:
-            stat = Path(f"/proc/{kid}/stat").read_text()
+            total += _cpu_s(Path(f"/proc/{kid}/stat").read_text())
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 

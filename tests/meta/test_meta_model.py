@@ -469,7 +469,7 @@ def test_an_adapted_model_is_saved_from_the_file_it_came_from_without_keras(
         np.concatenate([np.ravel(w) for w in adapted.head().weights[-2:]]), rtol=1e-6)
     assert not np.allclose(_network.weights_of(network)["target"][0],
                            loaded.head().weights[-2])  # the head did change
-    # a model not loaded from a file, or without h5py, is built with Keras as before
+    # without h5py the network is built with Keras, as before
     monkeypatch.setitem(sys.modules, "h5py", None)
     with pytest.raises(RuntimeError, match="Keras was asked for"):
         adapted.save(tmp_path / "again.keras")
