@@ -11,8 +11,10 @@ already made for that plan (``TRACE_CACHE`` of them are kept, so going back cost
 a new trace; between changes nothing but a step counter runs in Python.
 
 Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) stamp
-when each gradient is ready. The stamps are in every trace behind one flag (``set_sampling``),
-so sampling never costs a trace of its own; between sampled steps they cost a branch each.
+when each gradient is ready. They run a trace of their own, kept beside the plan's plain one:
+a stamp behind a flag in every trace cost every step a branch per gradient (the demo cnn at
+3gbit ran 3-6% slower than MultiWorkerMirroredStrategy for its eight), and a plan's second
+trace is paid once, at its first sampled step.
 Rank 0's measured layer times shape the plans traced after they arrive (no retrace of their
 own: on a large model a trace takes seconds).
 """
@@ -40,7 +42,8 @@ __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
 log = logging.getLogger(__name__)
 
-TRACE_CACHE = 8  # traced step functions kept per step function (a trace holds its graph)
+TRACE_CACHE = 16  # traced step functions kept per step function (a trace holds its graph):
+#                   a plain and a sampled one for each of the last eight plans
 
 
 def decision_lead(window_steps: int) -> int:
@@ -77,7 +80,7 @@ class Controller:
     def __init__(self, *, config: Config, rank: int, workers: int, bandwidth: float,
                  broadcast: Broadcast,
                  sample_every: int | None = None, agent: TuningAgent | None = None,
-                 set_sampling: Callable[[bool], None] | None = None) -> None:
+                 stamping: bool = False) -> None:
         self._agreement = Agreement(rank=rank, workers=workers, config=config,
                                     due=None if agent is None else agent.due)
         self.rank, self.workers = rank, workers
@@ -88,7 +91,7 @@ class Controller:
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
         self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
         self._main: tuple[TensorInfo, ...] | None = None
-        self._set_sampling = set_sampling
+        self._stamping = stamping
         self._sampling = False
         self._traced = False
         self._stamps = ReadyTimes()
@@ -165,14 +168,18 @@ class Controller:
         return plan
 
     def stamps(self) -> ReadyTimes | None:
-        """Where gradient-ready stamps go (they fire only on sampled steps)."""
-        return self._stamps if self._set_sampling is not None else None
+        """Where gradient-ready stamps go, while a sampled step runs (and traces); None: the
+        step runs no stamps."""
+        return self._stamps if self._stamping and self._sampling else None
+
+    @property
+    def sampling(self) -> bool:
+        """The step about to run samples (and runs its plan's sampled trace)."""
+        return self._stamping and self._sampling
 
     def sample(self, on: bool) -> None:
-        """Turn the stamps on for this step or off (a variable write only when it changes)."""
-        if on != self._sampling and self._set_sampling is not None:
-            self._set_sampling(on)
-            self._sampling = on
+        """Whether the step about to run samples."""
+        self._sampling = on
 
     # -- the step protocol ----------------------------------------------------------------------
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:
@@ -295,9 +302,8 @@ class SteppedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         controller = self._controller
         step = controller.begin(self)
-        sample = step.sample and self._can_sample()
-        controller.sample(sample)
-        key = controller.trace_key
+        controller.sample(step.sample and self._can_sample())
+        key = (*controller.trace_key, controller.sampling)
         fn = self._fns.get(key)
         traced = fn is None
         if fn is None:
@@ -320,5 +326,5 @@ class SteppedFunction:
         else:
             samples = self._per_step
             self._assumed += samples
-        controller.end(_Step(sample=sample, rebuild=step.rebuild), seconds, samples)
+        controller.end(_Step(sample=controller.sampling, rebuild=step.rebuild), seconds, samples)
         return out

@@ -9,12 +9,12 @@ the planned order, and the results are split back. Collectives that share an ord
 in creation order, so ``lanes`` tokens bound the blocks in flight. Instance keys come from
 MWMS's own launcher (assigned at call time), so our collectives and MWMS's never collide.
 
-On sampled steps each gradient is stamped when it is ready and the results of a few runs of
-collectives when they are there, so a window's link rate is its bytes over the time the link
-was busy, not over the step. Native (scheduling off) takes MWMS's own path, with the same
-stamps on its results, so native windows carry the statistics the tuner needs to leave native;
-eager calls, sparse gradients and tensors without a static shape take MWMS's own path
-unchanged.
+On sampled steps (traces of their own: other steps run none of it) each gradient is stamped
+when it is ready and the results of a few runs of collectives when they are there, so a
+window's link rate is its bytes over the time the link was busy, not over the step. Native
+(scheduling off) takes MWMS's own path, with the same stamps on its results, so native windows
+carry the statistics the tuner needs to leave native; eager calls, sparse gradients and tensors
+without a static shape take MWMS's own path unchanged.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from common.plan import MAX_LANES
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "gated_stamp"]
+__all__ = ["AutoByteAllReduce", "Planner", "ReadyStamps", "after", "stamp_op"]
 
 DONE_STAMPS = 8  # collectives of a call whose result is stamped on sampled steps, at most
 
@@ -66,7 +66,8 @@ class Planner(Protocol):
     def plan_for(self, tensors: tuple[TensorInfo, ...]) -> Plan: ...
 
     def stamps(self) -> ReadyStamps | None:
-        """Where gradient-ready stamps go; None: trace no stamps."""
+        """Where gradient-ready stamps go; None: trace no stamps (a step that does not
+        sample)."""
         ...
 
     @property
@@ -93,12 +94,11 @@ class Rider(Protocol):
 class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
     """Drop-in for MWMS's ``CollectiveAllReduce`` with the same devices, group and keys."""
 
-    def __init__(self, base: Any, planner: Planner, sampling: Any, rider: Rider) -> None:
+    def __init__(self, base: Any, planner: Planner, rider: Rider) -> None:
         super().__init__(devices=base._devices, group_size=base._group_size,
                          options=base._options, collective_keys=base._collective_keys,
                          canonicalize_devices=base._canonicalize_devices)
         self._planner = planner
-        self._sampling = sampling  # bool variable: stamps fire only on sampled steps
         self._rider = rider
         self._lanes: list[list[Any]] = []
         with tf.init_scope():
@@ -148,11 +148,12 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
             if stamps is None:
                 return tf.nest.pack_sequence_as(value, native)
             with tf.device(device), tf.name_scope("autobyte_native"):
-                marks = _ready_marks(flat, infos, stamps, self._sampling)
-                marks[-1] += self._done_mark(native[-1], stamps, infos,
-                                             tuple(range(len(flat))), "autobyte_done")
-                return tf.nest.pack_sequence_as(
-                    value, [after(m, r) for m, r in zip(marks, native, strict=True)])
+                # MWMS's results come after every gradient is ready: one mark joins them all
+                marks = _ready_marks(flat, infos, stamps)
+                marks.append(self._done_mark(native[-1], stamps, infos,
+                                             tuple(range(len(flat))), "autobyte_done"))
+                native[-1] = after(tf.add_n(marks), native[-1])
+                return tf.nest.pack_sequence_as(value, native)
         plan = self._planner.plan_for(infos)
         riding = self._riding(infos, flat)
         with tf.device(device), tf.name_scope("autobyte_allreduce"):
@@ -171,8 +172,7 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
             if riding is not None:
                 riding[1](reduced.pop())
             marks = [] if stamps is None else \
-                [sum(d, m) for m, d in zip(_ready_marks(flat, infos, stamps, self._sampling),
-                                           done, strict=True)]
+                [sum(d, m) for m, d in zip(_ready_marks(flat, infos, stamps), done, strict=True)]
             out = []
             for i, (t, r) in enumerate(zip(flat, reduced, strict=True)):
                 if mean:
@@ -191,12 +191,11 @@ class AutoByteAllReduce(tf_cdo.CollectiveAllReduce):  # type: ignore[misc]
 
     def _done_mark(self, out: Any, stamps: ReadyStamps, infos: tuple[TensorInfo, ...],
                    tensors: tuple[int, ...], name: str) -> Any:
-        """A stamp of when ``out`` (a collective's result) is there, on sampled steps: with
+        """A stamp of when ``out`` (a collective's result) is there: with
         the ready stamps, the time the link was busy, which gives a window its link rate. It
         joins the ready mark of each tensor ``out`` carries (``after`` once per tensor:
         Grappler folds a reshape of a reshape, and a stamp feeding the inner one with it)."""
-        return gated_stamp(self._sampling, tf.reshape(out, [-1])[:1],
-                           _done_stamper(stamps, infos, tensors), name)
+        return stamp_op(out, _done_stamper(stamps, infos, tensors), name)
 
     def _issue(self, flat: Sequence[Any], plan: Plan, replica_id: int,
                options: Any, *, rider: Any = None,
@@ -284,28 +283,23 @@ def after(mark: Any, t: Any) -> Any:
 
 
 def _ready_marks(flat: Sequence[Any], infos: tuple[TensorInfo, ...],
-                 stamps: ReadyStamps, sampling: Any) -> list[Any]:
-    """One stateless Python op per gradient, run as soon as that gradient exists, on sampled
-    steps only (``sampling``; otherwise a branch that returns 0).
+                 stamps: ReadyStamps) -> list[Any]:
+    """One stateless Python op per gradient, run as soon as that gradient exists.
 
     stateful=False matters: stateful Python ops are chained in program order by automatic
-    control dependencies, which would stamp every gradient at the time of the last one. The
-    op reads one element, so the stamp costs no copy of the gradient.
+    control dependencies, which would stamp every gradient at the time of the last one.
     """
-    return [gated_stamp(sampling, tf.reshape(t, [-1])[:1], _stamper(stamps, infos, i),
-                        f"autobyte_ready{i}") for i, t in enumerate(flat)]
+    return [stamp_op(t, _stamper(stamps, infos, i), f"autobyte_ready{i}")
+            for i, t in enumerate(flat)]
 
 
-def gated_stamp(sampling: Any, first: Any, fn: Callable[[NDArray[Any]], np.int8],
-                name: str) -> Any:
-    """``fn(first)`` as a Python op when ``sampling`` is true, else 0 (an int8 scalar).
-
-    The op's output is left as it comes (no reshape or shape check: Grappler drops such an
-    op together with what feeds it, and the stamp with it)."""
-    def stamp() -> Any:
-        return tf.numpy_function(fn, [first], tf.int8, stateful=False, name=name)
-
-    return tf.cond(sampling, stamp, lambda: tf.constant(0, tf.int8))
+def stamp_op(tensor: Any, fn: Callable[[NDArray[Any]], np.int8], name: str) -> Any:
+    """``fn`` of ``tensor``'s first element as a Python op, run once ``tensor`` exists: a
+    0-valued int8 to join to a result with ``after``. It reads one element, so the stamp
+    costs no copy of the tensor. The op's output is left as it comes (no reshape or shape
+    check: Grappler drops such an op together with what feeds it, and the stamp with it)."""
+    return tf.numpy_function(fn, [tf.reshape(tensor, [-1])[:1]], tf.int8, stateful=False,
+                             name=name)
 
 
 def _done_stamper(stamps: ReadyStamps, infos: tuple[TensorInfo, ...],

@@ -42,7 +42,7 @@ from autobyte_tf import _patches
 from autobyte_tf._checks import check_no_auto_jit, parse_tf_config
 from autobyte_tf._control import Controller, SteppedFunction, decision_lead
 from autobyte_tf._stats import ReadyTimes
-from autobyte_tf._transport import AutoByteAllReduce, after, gated_stamp
+from autobyte_tf._transport import AutoByteAllReduce, after, stamp_op
 from common.config import Config
 from common.control import Tuned, TuningAgent, adapter_options
 from common.errors import ConfigError
@@ -114,7 +114,6 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
         with tf.init_scope(), tf.device(self._worker_device):
             self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="autobyte_samples")
-            self._sampling = tf.Variable(False, trainable=False, name="autobyte_sampling")
         agent_options = adapter_options(tuning)
         agent_options.setdefault("lead_steps", decision_lead(resolved.window_steps))
         self._agent = TuningAgent(rank=rank, num_workers=workers, config=resolved,
@@ -124,9 +123,9 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
         self._controller = Controller(
             config=resolved, rank=rank, workers=workers, bandwidth=rate,
             broadcast=self._agreement, sample_every=sample_every, agent=self._agent,
-            set_sampling=self._sampling.assign)
+            stamping=True)
         self._cross_ops = AutoByteAllReduce(extended._cross_device_ops, self._controller,
-                                            self._sampling, self._agreement)
+                                            self._agreement)
         extended._cross_device_ops = self._cross_ops
         self._autobyte_hooks = self
         if local:
@@ -200,7 +199,6 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
         """Count this worker's samples; on sampled steps, stamp when the step's data arrives."""
         controller = self._controller
         samples = self._samples
-        sampling = self._sampling
 
         @functools.wraps(fn)
         def replica_fn(*args: Any, **kwargs: Any) -> Any:
@@ -211,8 +209,7 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
             samples.assign_add(tf.cast(tf.shape(leaves[at])[0], tf.int64))
             stamps = controller.stamps()
             if stamps is not None:  # the step starts when its data is there
-                start = gated_stamp(sampling, tf.reshape(leaves[at], [-1])[:1],
-                                    _start_stamper(stamps), "autobyte_step_start")
+                start = stamp_op(leaves[at], _start_stamper(stamps), "autobyte_step_start")
                 leaves[at] = after(start, leaves[at])
                 args, kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves)
             return fn(*args, **kwargs)

@@ -189,6 +189,31 @@ def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one
     assert builds["a"] == 3
 
 
+def test_sampled_steps_run_a_trace_of_their_own_and_other_steps_trace_no_stamps() -> None:
+    """A stamp in every trace cost every step; now a plan's plain trace has none and its
+    sampled trace, built at its first sampled step, runs one step a window."""
+    c = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
+                   broadcast=lambda v: lambda: v, stamping=True)
+    traced: list[bool] = []  # per build: whether the trace would stamp
+    ran: list[bool] = []  # per step: whether the trace it ran stamps
+
+    def build() -> Any:
+        stamps = c.stamps() is not None
+        traced.append(stamps)
+        return lambda: ran.append(stamps)
+
+    fn = SteppedFunction(c, build, lambda: 0, can_sample=lambda: True)
+    for _ in range(12):
+        fn()
+    assert traced == [False, True]  # step 0 plain, step 1 the first sampled one
+    # steps 1, 5, 9 sample; step 2 too, since step 1 traced (its times are a trace's)
+    assert [i for i, s in enumerate(ran) if s] == [1, 2, 5, 9]
+    plain = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
+                       broadcast=lambda v: lambda: v)
+    plain.sample(True)
+    assert plain.stamps() is None and not plain.sampling  # a strategy that never stamps
+
+
 def test_live_tuning_decision_switches_every_worker_at_its_step_and_windows_follow() -> None:
     """The coordinator's decision, heard by rank 0's agent, enters the agreement at its step;
     both agents learn the switch and their windows carry the steps, bytes and layer times."""
@@ -320,10 +345,11 @@ def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> N
     agent._collector._on_window = windows.append
     c = Controller(config=agent.config, rank=0, workers=2, bandwidth=1e9,
                    broadcast=peers_agree(2), agent=agent, sample_every=2,
-                   set_sampling=lambda on: None)
+                   stamping=True)
     infos = (TensorInfo("t0", 4096, 4, rank=2), TensorInfo("t1", 4096, 4, rank=2))
     for n in range(12):
         step = c.begin()
+        c.sample(step.sample)
         if n == 0:
             c.plan_for(infos)  # traces: warm-up
         elif step.sample and n >= 4:
