@@ -86,6 +86,23 @@ class Guard:
         self.misses = c.misses  # scheduled configurations left for native, these conditions
         self.overrated = c.overrated  # measured over ranked ratio of these conditions' worst miss
 
+    def due(self, speed: float) -> bool:
+        """The window just measured (``speed``, not yet in the loop's measurements) is to be
+        decided on at once, not at the loop's pace: it is a try's ``JUDGED_WINDOWS``-th, or it
+        ran a scheduled configuration slower than native, or one before it did. The rules count
+        windows (a slow configuration is left after ``guard_windows``), and on a fast job a
+        second of windows is many. A try's first windows wait for the pace: one window swings
+        by 10-20% here, and a try is left at the first verdict that does not measure it faster."""
+        loop = self.loop
+        if not self.enabled:
+            return False
+        if self._slow_windows > 0 or (self.explored_from is not None and
+                                      loop.runs(loop.current) + 1 >= JUDGED_WINDOWS):
+            return True
+        native = loop.measured(loop.native)
+        return loop.current.scheduling and native is not None and \
+            speed < native * (1.0 - self.noise_band)
+
     def forget_try(self, *, changed: bool = False) -> None:
         """A try that never ran, or ran across a change of conditions, is not judged;
         ``changed``: native's recheck interval starts again too."""

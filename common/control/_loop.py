@@ -172,7 +172,7 @@ class TuningLoop:
                                       "a newer window is already here: measured, not "
                                       "decided on"})
             return None
-        if self._decided_at is not None and \
+        if self._decided_at is not None and not self.guard.due(obs.speed) and \
                 self.trained_s - self._decided_at < self.decide_every_s:
             self._remember(obs)
             self.log.write("window", {**record, "action": "measured", "reason":

@@ -306,6 +306,38 @@ def test_guard_leaves_a_configuration_that_became_slower_than_native(tmp_path: P
     assert any("below native's 90.0: to native" in r for r in reasons), reasons
 
 
+def test_on_a_fast_job_the_guard_counts_windows_not_the_loops_pace() -> None:
+    """Windows of 0.1 s, decisions at most once a second: a configuration that turns slower
+    than native still leaves after ``guard_windows`` windows once its mean sinks (not two
+    seconds of them), and a probe is judged at its third window."""
+    fast = A.replace(window_steps=1)
+    loop = TuningLoop(config=fast, tuner=PredictingTuner({**SPEED, knobs(B): 50.0,
+                                                          NATIVE: 50.0}, [fast, B]),
+                      trigger=ThresholdTrigger(gain_threshold=1.0), explore_share=None)
+    current, pending, ran = loop.current, None, []
+    for w in range(120):
+        if pending is not None and w >= pending.step:
+            current, pending = pending.config, None
+        ran.append(current)
+        speed = 90.0 if not current.scheduling else 100.0 if w < 60 else 80.0
+        pending = loop.on_observation(observation(current, speed, w, steps=1)) or pending
+    assert ran[60].scheduling and not ran[-1].scheduling, ran
+    left = ran.index(ran[-1], 60)
+    assert left <= 60 + 4 + 2 + 6, left  # its mean sinks, two windows, the lead (0.3 s)
+    probe = TuningLoop(config=fast.replace(scheduling=False), explore_share=None,
+                       tuner=PredictingTuner(FAR_OFF, [fast.replace(scheduling=False), B]),
+                       trigger=ThresholdTrigger())
+    current, pending, ran = probe.current, None, []
+    for w in range(60):
+        if pending is not None and w >= pending.step:
+            current, pending = pending.config, None
+        ran.append(knobs(current))
+        speed = {NATIVE: 120.0, knobs(B): 110.0}[knobs(current)]
+        pending = probe.on_observation(observation(current, speed, w, steps=1)) or pending
+    on_b = [w for w, k in enumerate(ran) if k == knobs(B)]
+    assert on_b and ran[-1] == NATIVE and len(on_b) <= JUDGED_WINDOWS + 1 + 6, ran
+
+
 def test_a_switch_the_guard_bars_starts_no_cooldown_in_the_trigger(tmp_path: Path) -> None:
     # On native, the model keeps ranking A (measured slower) 11% above it: the guard bars
     # the trigger's switch every time, and the trigger, told so, never counts it as made.
