@@ -2,7 +2,7 @@
 
     .venv/bin/pip install py-spy                     # a profiler, not a dependency of AutoByte
     sudo .venv/bin/python benchmarks/worker_profile.py [--framework tensorflow] [--model cnn] \\
-        [--rate 3gbit] [--steps 3000] [--kinds baseline,off,observe,shipped] [--perf]
+        [--rate 3gbit] [--steps 3000] [--kinds baseline,off,observe,shipped] [--perf] [--sched]
 
 Runs one job of each of ``--kinds`` (native_cost.py's: the framework alone, AutoByte's native
 path with no tuner, with a tuner that only observes, as shipped) on the testbed, one after
@@ -10,8 +10,11 @@ another. Once ``--after`` seconds have passed it watches rank 0's worker for ``-
 CPU each of its threads used (by thread name, from /proc) and its child processes (the
 coordinator, which rank 0 hosts), the Python time by function
 (``py-spy record``, inclusive) and, with ``--perf``, the native time by symbol (``perf record``,
-self time: where TensorFlow's or MXNet's own threads spend it). Every figure is per step. One job
-of each kind on this noisy machine: read the breakdown, not the speed.
+self time: where TensorFlow's or MXNet's own threads spend it) and, with ``--sched``, the
+scheduler's view of every process of the job (``perf sched``, system-wide): CPU, how often its
+threads were switched in, and how long a woken thread waited for a core (run-queue delay), by
+process (worker ranks, server, scheduler, the coordinator) and by thread name. Every figure is per
+step. One job of each kind on this noisy machine: read the breakdown, not the speed.
 """
 
 from __future__ import annotations
@@ -82,15 +85,49 @@ def _children_cpu(pid: str) -> float:
     return total
 
 
-def _watch(work: Path, module: str, after: float, seconds: int, perf: bool,
-           found: dict[str, object]) -> None:
+def _job_threads(pid0: str) -> dict[int, str]:
+    """Thread ids of the job's processes, each labelled "<process>/<thread name>": processes by
+    their role and rank (the launcher's environment), rank 0's children as the coordinator."""
+    labels: dict[int, str] = {}
+    kids = set(subprocess.run(["pgrep", "-P", pid0], capture_output=True,
+                              text=True).stdout.split())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = dict(kv.split(b"=", 1) for kv in (proc / "environ").read_bytes().split(b"\0")
+                       if b"=" in kv)
+        except OSError:
+            continue
+        role = env.get(ROLE_ENV.encode(), b"").decode()
+        if proc.name in kids:
+            who = "coordinator"
+        elif role:
+            rank = env.get(RANK_ENV.encode(), b"").decode()
+            who = f"{role}{rank}" if role == "worker" else role
+        else:
+            continue
+        for task in (proc / "task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            name = "main" if task.name == proc.name else re.sub(r"[0-9]+", "#", name)
+            labels[int(task.name)] = f"{who}/{name}"
+    return labels
+
+
+def _watch(work: Path, module: str, after: float, seconds: int, spy: bool, perf: bool,
+           sched: bool, found: dict[str, object]) -> None:
     time.sleep(after)
     pid = _rank0(module)
     if pid is None:
         return
     before, kids_before = _thread_cpu(pid), _children_cpu(pid)
+    if sched:
+        found["labels"] = _job_threads(pid)
     procs = []
-    if Path(SPY).exists():
+    if spy:
         procs.append(subprocess.Popen(
             [SPY, "record", "-p", pid, "-d", str(seconds), "-r", str(HZ), "-f", "raw",
              "-o", str(work / "spy.txt"), "--nonblocking"],
@@ -99,6 +136,10 @@ def _watch(work: Path, module: str, after: float, seconds: int, perf: bool,
         procs.append(subprocess.Popen(
             ["perf", "record", "-F", str(HZ), "-p", pid, "-o", str(work / "perf.data"),
              "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if sched:
+        procs.append(subprocess.Popen(
+            ["perf", "sched", "record", "-a", "-o", str(work / "sched.data"), "--", "sleep",
+             str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     started = time.monotonic()
     for proc in procs:
         proc.wait()
@@ -131,6 +172,49 @@ def _perf_ms(data: Path, steps: float, top: int) -> list[tuple[float, str]]:
     return sorted(rows, reverse=True)[:top]
 
 
+_LATENCY = re.compile(r"^\s*(?P<comm>.+):(?P<tid>\d+)\s*\|\s*(?P<run>[\d.]+) ms\s*\|\s*"
+                      r"(?P<n>\d+)\s*\|\s*avg:\s*(?P<avg>[\d.]+) ms\s*\|\s*"
+                      r"max:\s*(?P<max>[\d.]+) ms")
+
+
+def _sched_rows(data: Path, labels: dict[int, str], steps: float
+                ) -> dict[str, tuple[float, float, float, float]]:
+    """By label: (CPU ms, switches, run-queue delay ms, max delay ms), each per step but the
+    max; threads outside the job summed as "other"."""
+    report = subprocess.run(["perf", "sched", "latency", "--pids", "-i", str(data)],
+                            capture_output=True, text=True, check=False).stdout
+    sums: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for line in report.splitlines():
+        m = _LATENCY.match(line)
+        if m is None:
+            continue
+        label = labels.get(int(m["tid"]), "other")
+        n = int(m["n"])
+        row = sums[label]
+        row[0] += float(m["run"])
+        row[1] += n
+        row[2] += float(m["avg"]) * n
+        row[3] = max(row[3], float(m["max"]))
+    return {label: (run / steps, n / steps, delay / steps, most)
+            for label, (run, n, delay, most) in sums.items()}
+
+
+def _print_sched(rows: dict[str, tuple[float, float, float, float]], top: int) -> None:
+    by_process: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+    for label, (run, n, delay, _) in rows.items():
+        total = by_process[label.split("/", 1)[0]]
+        total[0] += run
+        total[1] += n
+        total[2] += delay
+    print("  scheduler, by process (per step: CPU ms, switches, run-queue delay ms):")
+    for who, (run, n, delay) in sorted(by_process.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {run:7.3f} ms  {n:7.1f} sw  {delay:7.3f} ms  {who}")
+    print("  by thread:")
+    for label, (run, n, delay, most) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:top]:
+        if label != "other":
+            print(f"  {run:7.3f} ms  {n:7.1f} sw  {delay:7.3f} ms  (max {most:6.2f})  {label}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--framework", default="tensorflow", choices=sorted(MODULES))
@@ -142,22 +226,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", type=float, default=15.0)
     p.add_argument("--seconds", type=int, default=15)
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--spy", action=argparse.BooleanOptionalAction, default=True,
+                   help="sample rank 0's Python stacks with py-spy (--no-spy: leave it alone)")
     p.add_argument("--perf", action="store_true", help="also sample native stacks with perf")
+    p.add_argument("--sched", action="store_true",
+                   help="also record the scheduler's events system-wide (perf sched)")
     args = p.parse_args(argv)
     kinds = args.kinds.split(",")
     if any(k not in KINDS for k in kinds):
         p.error(f"--kinds must be of {', '.join(KINDS)}, got --kinds {args.kinds}")
-    if not Path(SPY).exists():
-        p.error("py-spy is not installed: .venv/bin/pip install py-spy")
-    if args.perf and shutil.which("perf") is None:
-        p.error("--perf needs perf on the PATH")
+    if args.spy and not Path(SPY).exists():
+        p.error("py-spy is not installed: .venv/bin/pip install py-spy (or --no-spy)")
+    if (args.perf or args.sched) and shutil.which("perf") is None:
+        p.error("--perf and --sched need perf on the PATH")
     root = Path(tempfile.mkdtemp(prefix="worker-profile-"))
     for kind in kinds:
         work = root / kind
         work.mkdir()
         found: dict[str, object] = {}
         watcher = threading.Thread(target=_watch, args=(
-            work, MODULES[args.framework], args.after, args.seconds, args.perf, found))
+            work, MODULES[args.framework], args.after, args.seconds, args.spy, args.perf,
+            args.sched, found))
         watcher.start()
         spec = job_spec(kind, f"profile-{kind}", framework=args.framework, model=args.model,
                         steps=args.steps)
@@ -186,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             print("  native, self:")
             for ms, sym in _perf_ms(work / "perf.data", steps, args.top):
                 print(f"  {ms:7.3f} ms/step  {sym[:140]}")
+        labels = found.get("labels")
+        if (work / "sched.data").exists() and isinstance(labels, dict):
+            _print_sched(_sched_rows(work / "sched.data", labels, steps), args.top)
     print(f"profiles and job logs in {root}")
     return 0
 
