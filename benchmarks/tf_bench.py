@@ -1,20 +1,23 @@
-"""Plain MultiWorkerMirroredStrategy vs AutoByteStrategy (good and poor fixed configs).
+"""Plain MultiWorkerMirroredStrategy vs AutoByteStrategy, in the same worker processes.
 
     sudo .venv/bin/python benchmarks/tf_bench.py                 # 2 workers, 100mbit and 1gbit
     .venv/bin/python benchmarks/tf_bench.py --rates 1gbit --models alexnet --steps 3
+    sudo .venv/bin/python benchmarks/tf_bench.py --rates 3gbit --models cnn --variants \
+        mwms,native --batch 64 --steps 100 --rounds 30     # what AutoByte's native path costs
 
 For each link rate, one job of 2 workers on the testbed (shaped namespaces as root, loopback
-otherwise) trains every model with the three variants side by side in the same processes,
-interleaved in rounds so machine noise hits all three alike, and prints median step times and
-ratios. Models: keras.applications ResNet50 and VGG16 (32x32 input, weights=None) and an
-AlexNet-like convnet.
+otherwise) trains every model with every variant side by side in the same processes,
+interleaved in rounds (in reverse order every other round) so machine noise hits all alike, and
+prints mean step times (medians in its BENCH rows) and each variant's ratio to MWMS. Variants:
+``mwms``, ``native`` (AutoByte's native path, its defaults: a window of 10 steps, one sampled)
+and ``partition:credit`` (fixed, scheduled). Models: keras.applications ResNet50 and VGG16
+(32x32 input, weights=None), an AlexNet-like convnet, and the demo's models (``cnn``, ...).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -22,7 +25,6 @@ import tempfile
 import time
 from typing import Any
 
-VARIANTS = ("mwms", "good", "poor")
 MODELS = ("resnet50", "vgg16", "alexnet")
 
 
@@ -30,12 +32,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rates", default="100mbit,1gbit", help="comma-separated link rates")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--batch", type=int, default=8, help="per-worker batch size")
+    p.add_argument("--batch", type=int, default=8,
+                   help="samples a step over both workers (Keras splits each batch)")
     p.add_argument("--steps", type=int, default=1, help="timed steps per variant per round")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--warmup", type=int, default=5, help="untimed steps (traces, first plan)")
-    p.add_argument("--good", default="4MiB:16MiB", help="partition:credit of the good config")
-    p.add_argument("--poor", default="64KiB:64KiB", help="partition:credit of the poor config")
+    p.add_argument("--variants", default="mwms,4MiB:16MiB,64KiB:64KiB",
+                   help="comma-separated: mwms, native or partition:credit")
     p.add_argument("--timeout", type=float, default=2400.0, help="seconds per job")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rate", default="1gbit", help=argparse.SUPPRESS)
@@ -46,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build(name: str, strategy: Any) -> Any:
     import keras
 
+    from autobyte_tf.demo import build_model
+
     keras.utils.set_random_seed(3)
     with strategy.scope():
         if name == "resnet50":
@@ -54,7 +59,7 @@ def build(name: str, strategy: Any) -> Any:
             base = keras.applications.VGG16(weights=None, include_top=False,
                                             input_shape=(32, 32, 3), pooling="avg")
             model = keras.Sequential([base, keras.layers.Dense(10)])
-        else:
+        elif name == "alexnet":
             layers = keras.layers
             model = keras.Sequential([
                 keras.Input((32, 32, 3)),
@@ -65,9 +70,25 @@ def build(name: str, strategy: Any) -> Any:
                 layers.Conv2D(256, 3, activation="relu", padding="same"), layers.MaxPool2D(),
                 layers.Flatten(), layers.Dense(2048, activation="relu"),
                 layers.Dense(2048, activation="relu"), layers.Dense(10)])
+        else:  # the demo's models
+            model = build_model(name)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
+
+
+def _strategy(variant: str, rate: str) -> Any:
+    import tensorflow as tf
+
+    import autobyte_tf
+
+    if variant == "mwms":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if variant == "native":  # as shipped, tuning off (the orchestrator's AUTOBYTE_TUNER)
+        return autobyte_tf.AutoByteStrategy(scheduling=False, bandwidth=rate)
+    partition, credit = variant.split(":")
+    return autobyte_tf.AutoByteStrategy(partition_bytes=partition, credit_bytes=credit,
+                                        window_steps=2, sample_every=50, bandwidth=rate)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -78,29 +99,22 @@ def worker(args: argparse.Namespace) -> None:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
-    import autobyte_tf
     from autobyte_tf import _patches
     from autobyte_tf._checks import file_barrier
+    from autobyte_tf.demo import input_shape
 
-    plain = tf.distribute.MultiWorkerMirroredStrategy()
+    variants = args.variants.split(",")
+    strategies = {v: _strategy(v, args.rate) for v in variants}
     _patches.install()  # Keras 3 fit under plain MWMS needs the #20585 fixes too
-    strategies: dict[str, Any] = {"mwms": plain}
-    for variant in ("good", "poor"):
-        partition, credit = getattr(args, variant).split(":")
-        strategies[variant] = autobyte_tf.AutoByteStrategy(
-            partition_bytes=partition, credit_bytes=credit, window_steps=2, sample_every=50,
-            bandwidth=args.rate)
     # every worker makes all its strategies before any collective runs (each one
     # re-initialises TF's collective runtime)
-    file_barrier(os.environ["TF_BENCH_BARRIER"], strategies["good"].rank,
-                 strategies["good"].num_workers)
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    file_barrier(os.environ["TF_BENCH_BARRIER"], int(tf_config["task"]["index"]),
+                 len(tf_config["cluster"]["worker"]))
+    ours = {v: s for v, s in strategies.items() if v != "mwms"}
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(args.batch * 4, 32, 32, 3)).astype("float32")
-    y = rng.integers(0, 10, args.batch * 4)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch).repeat() \
-        .with_options(options)
 
     class Timer(keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -115,24 +129,29 @@ def worker(args: argparse.Namespace) -> None:
             self.times.append(time.perf_counter() - self._t)
 
     for name in args.models.split(","):
+        shape = (32, 32, 3) if name in MODELS else input_shape(name)
+        x = rng.normal(size=(args.batch * 4, *shape)).astype("float32")
+        y = rng.integers(0, 10, args.batch * 4)
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch).repeat() \
+            .with_options(options)
         models = {v: build(name, s) for v, s in strategies.items()}
         for v, model in models.items():
             model.fit(data, steps_per_epoch=args.warmup if v != "mwms" else 2, verbose=0)
-        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        warm = {v: s.statistics().warmup_steps for v, s in strategies.items() if v != "mwms"}
-        for _ in range(args.rounds):
-            for v, model in models.items():
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        warm = {v: s.statistics().warmup_steps for v, s in ours.items()}
+        for r in range(args.rounds):
+            for v in variants if r % 2 == 0 else variants[::-1]:
                 timer = Timer()
-                model.fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
+                models[v].fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
                 times[v].extend(timer.times)
-        extra = {v: strategies[v].statistics().warmup_steps - r for v, r in warm.items()}
-        good = strategies["good"].statistics()
-        nbytes = sum(int(np.prod(w.shape)) * 4 for w in models["mwms"].trainable_weights)
+        nbytes = sum(int(np.prod(w.shape)) * 4 for w in models[variants[0]].trainable_weights)
         row = {"model": name, "rate": args.rate, "bytes": nbytes,
+               "mean_s": {v: statistics.fmean(t) for v, t in times.items()},
                "median_s": {v: statistics.median(t) for v, t in times.items()},
-               "warmup_steps_while_timed": extra,
-               "measured_plan": {v: strategies[v].measured_plan for v in ("good", "poor")},
-               "good_warmup_s": good.warmup_s / max(1, good.warmup_steps)}
+               "warmup_steps_while_timed": {v: s.statistics().warmup_steps - warm[v]
+                                            for v, s in ours.items()},
+               "trace_s": {v: (st := s.statistics()).warmup_s / max(1, st.warmup_steps)
+                           for v, s in ours.items()}}
         print("BENCH " + json.dumps(row), flush=True)
         del models
 
@@ -146,8 +165,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     for rate in args.rates.split(","):
         argv = [sys.executable, os.path.abspath(__file__), "--worker", "--rate", rate,
                 "--models", args.models, "--batch", str(args.batch), "--steps", str(args.steps),
-                "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--good", args.good,
-                "--poor", args.poor]
+                "--rounds", str(args.rounds), "--warmup", str(args.warmup),
+                "--variants", args.variants]
         started = time.perf_counter()
         with Testbed(hosts=2, rate=rate) as tb, tempfile.TemporaryDirectory() as barrier:
             result = launch(framework="tensorflow", command=argv, workers=2, testbed=tb,
@@ -171,20 +190,22 @@ def orchestrate(args: argparse.Namespace) -> int:
 
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"\n2 workers, batch {args.batch}/worker; good={args.good} poor={args.poor} "
-          "(partition:credit); median step time")
-    head = (f"{'model':9} {'rate':8} {'MB':>5} {'MWMS ms':>8} {'good ms':>8} {'poor ms':>8} "
-            f"{'MWMS/good':>9} {'MWMS/poor':>9} {'trace s':>7} shaped")
+    variants = args.variants.split(",")
+    print(f"\n2 workers, batch {args.batch} over both, {args.rounds} rounds of {args.steps} steps; "
+          "mean step time (ms: the throughput, sampled steps included), and each variant's "
+          "speed over MWMS's")
+    head = f"{'model':11} {'rate':8} {'MB':>5} " + " ".join(f"{v:>14}" for v in variants) + \
+        " shaped"
     print(head)
     print("-" * len(head))
     for r in rows:
-        m = r["median_s"]
-        print(f"{r['model']:9} {r['rate']:8} {r['bytes'] / 1e6:5.0f} {m['mwms'] * 1e3:8.1f} "
-              f"{m['good'] * 1e3:8.1f} {m['poor'] * 1e3:8.1f} {m['mwms'] / m['good']:9.2f} "
-              f"{m['mwms'] / m['poor']:9.2f} {r.get('good_trace_s', math.nan):7.1f} "
-              f"{r['shaped']}")
-    print("(ratio > 1: AutoByte faster than plain MWMS; 'trace s': mean duration of an AutoByte "
-          "step that (re)traced, i.e. the cost of a reconfiguration)")
+        m = r["mean_s"]
+        cells = [f"{m[v] * 1e3:7.2f}" + (f" {m['mwms'] / m[v]:5.3f}x" if "mwms" in m else "")
+                 for v in variants]
+        print(f"{r['model']:11} {r['rate']:8} {r['bytes'] / 1e6:5.1f} " +
+              " ".join(f"{c:>14}" for c in cells) + f" {r['shaped']}")
+    print("(x > 1: faster than plain MWMS; a fixed configuration's first trace, and a sampled "
+          "one's: 'trace_s' in each BENCH row)")
 
 
 def main(argv: list[str] | None = None) -> int:
