@@ -71,7 +71,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
     hanging forever; TensorFlow's own heartbeat declares a worker dead after ``grace_s`` too.
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models
     are judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords
-    (e.g. ``endpoint``, ``decision_log``, ``lead_s``).
+    (e.g. ``endpoint``, ``decision_log``, ``lead_s``). ``sample_every`` (steps between sampled
+    steps, default a window) must be the same on every worker, like the configuration: a
+    sampled step runs a trace of its own, and the workers' collectives match only when all run
+    the same trace.
     """
 
     def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,
