@@ -170,16 +170,17 @@ class Controller:
     def stamps(self) -> ReadyTimes | None:
         """Where gradient-ready stamps go, while a sampled step runs (and traces); None: the
         step runs no stamps."""
-        return self._stamps if self._stamping and self._sampling else None
+        return self._stamps if self._sampling else None
 
     @property
     def sampling(self) -> bool:
         """The step about to run samples (and runs its plan's sampled trace)."""
-        return self._stamping and self._sampling
+        return self._sampling
 
     def sample(self, on: bool) -> None:
-        """Whether the step about to run samples."""
-        self._sampling = on
+        """Whether the step about to run samples (never, for a controller that does not
+        stamp)."""
+        self._sampling = on and self._stamping
 
     # -- the step protocol ----------------------------------------------------------------------
     def reconfigure(self, config: Config | None = None, **changes: Any) -> None:

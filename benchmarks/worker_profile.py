@@ -61,6 +61,11 @@ def _cpu_s(stat: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _group(thread: str) -> str:
+    """A thread's name with its digits dropped, so a pool's threads count as one."""
+    return re.sub(r"\d+", "#", thread)
+
+
 def _thread_cpu(pid: str) -> dict[str, float]:
     """CPU seconds so far of each of ``pid``'s threads, summed by name (digits dropped)."""
     out: collections.Counter[str] = collections.Counter()
@@ -69,15 +74,19 @@ def _thread_cpu(pid: str) -> dict[str, float]:
             stat = (task / "stat").read_text()
         except OSError:
             continue
-        out[re.sub(r"\d+", "#", stat[stat.index("(") + 1:stat.rindex(")")])] += _cpu_s(stat)
+        out[_group(stat[stat.index("(") + 1:stat.rindex(")")])] += _cpu_s(stat)
     return dict(out)
+
+
+def _children(pid: str) -> list[str]:
+    """Process ids of ``pid``'s children (rank 0's: the coordinator, when hosted)."""
+    return subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
 
 
 def _children_cpu(pid: str) -> float:
     """CPU seconds so far of ``pid``'s child processes (rank 0's coordinator, when hosted)."""
     total = 0.0
-    kids = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
-    for kid in kids:
+    for kid in _children(pid):
         try:
             total += _cpu_s(Path(f"/proc/{kid}/stat").read_text())
         except OSError:
@@ -89,8 +98,7 @@ def _job_threads(pid0: str) -> dict[int, str]:
     """Thread ids of the job's processes, each labelled "<process>/<thread name>": processes by
     their role and rank (the launcher's environment), rank 0's children as the coordinator."""
     labels: dict[int, str] = {}
-    kids = set(subprocess.run(["pgrep", "-P", pid0], capture_output=True,
-                              text=True).stdout.split())
+    kids = set(_children(pid0))
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -112,7 +120,7 @@ def _job_threads(pid0: str) -> dict[int, str]:
                 name = (task / "comm").read_text().strip()
             except OSError:
                 continue
-            name = "main" if task.name == proc.name else re.sub(r"[0-9]+", "#", name)
+            name = "main" if task.name == proc.name else _group(name)
             labels[int(task.name)] = f"{who}/{name}"
     return labels
 
