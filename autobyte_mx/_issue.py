@@ -123,7 +123,7 @@ class Issuer:
                                 if self._head_bytes is None else self._head_bytes)
             rnd = self._rounds[group.gid] = self._sequencer.new_round(group, self.step, order)
         group.copy_in(member, local_sum(tensor, values, priority))
-        if self._tuning.sampled(self.step):
+        if self._tuning.sampled(self.step, self._config):
             self._stamp(tensor, values, priority)
         self._close(rnd, rnd.issue(member, targets), priority)
 
@@ -193,7 +193,7 @@ class Issuer:
         if self._remote.active:
             self._remote.pushed(self.step, tensor, targets, group)
         step = self.step
-        sampled = self._tuning.sampled(step)
+        sampled = self._tuning.sampled(step, self._config)
         if sampled:
             self._count(step, 1)
             self._watchdog.started()

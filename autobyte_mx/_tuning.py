@@ -4,9 +4,14 @@ decisions come back through the step agreement (``_control``).
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
-steps, by default one a window as in the TensorFlow adapter: timing every other step cost
-MobileNetV2's 158 tensors 9 ms of a 300 ms step and the demo cnn's 8 tensors 0.4 ms of a
-21 ms one. The window's per-layer times and link rate come from its sampled step.
+steps: the last step of a window, when the configuration is new since the last sampled step
+or ``SAMPLE_INTERVAL_S`` has passed. A sampled step costs milliseconds whatever the step's
+length: each Python callback waits on an engine thread for the interpreter lock, and the
+ready stamps hold back the copies into the send buffers. With one sampled step a window the
+demo cnn's 13 ms steps on 3 Gbit/s ran at 0.947x native, with one in 100 steps at 1.014x;
+MobileNetV2's 300 ms steps still get one every window. Windows without one carry no layer
+times, and on the native path no link rate: the tuner keeps the last ones it saw, and a
+worker decides alone (nothing it sends depends on it).
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
@@ -23,7 +28,8 @@ come out of one backward operator, so per-tensor gaps would be one real time and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -33,7 +39,9 @@ from common.config import Config
 from common.errors import ConfigError
 from common.stats import backward_times, layers_by_block, per_layer
 
-__all__ = ["AgentLike", "Tuning"]
+__all__ = ["SAMPLE_INTERVAL_S", "AgentLike", "Tuning"]
+
+SAMPLE_INTERVAL_S = 1.0  # at most one sampled step a second under one configuration
 
 
 class AgentLike(Protocol):
@@ -52,11 +60,12 @@ class AgentLike(Protocol):
 class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
-    __slots__ = ("_agent", "_config", "_index", "_last", "_layers", "_link_factor",
-                 "_sample_every", "_signature")
+    __slots__ = ("_agent", "_clock", "_config", "_decided", "_index", "_last", "_layers",
+                 "_link_factor", "_sample_every", "_sampled_as", "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
-                 sample_every: int | None = None, link_factor: float = 1.0) -> None:
+                 sample_every: int | None = None, link_factor: float = 1.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if sample_every is not None and (isinstance(sample_every, bool) or
                                          not isinstance(sample_every, int) or sample_every < 1):
             raise ConfigError(f"sample_every must be an int >= 1 (steps), got "
@@ -64,7 +73,10 @@ class Tuning:
         self._agent = agent
         self._config = config
         self._link_factor = link_factor  # common.stats.comm_factor of the job
-        self._sample_every = sample_every or config.window_steps
+        self._sample_every = sample_every  # None: a window's last step, time permitting
+        self._clock = clock
+        self._decided = (0, False)  # (step, sampled) of the latest step asked about
+        self._sampled_as: tuple[Config, float] | None = None  # the last sampled step's
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
@@ -74,12 +86,24 @@ class Tuning:
     def agent(self) -> AgentLike:
         return self._agent
 
-    def sampled(self, step: int) -> bool:
-        """Whether ``step`` is timed per tensor (gradient-ready stamps; with scheduling off
-        also each tensor's transfer); other steps are timed as a whole. The last of every
-        ``sample_every`` steps: steps count from 1, so the job's first window (steps 1 to
-        ``window_steps - 1``) has one too, and the tuner its layer times from the start."""
-        return step % self._sample_every == self._sample_every - 1
+    def sampled(self, step: int, config: Config) -> bool:
+        """Whether ``step``, run under ``config``, is timed per tensor (gradient-ready stamps;
+        with scheduling off also each tensor's transfer); other steps are timed as a whole.
+        With ``sample_every`` the last of every ``sample_every`` steps; by default the last
+        step of a window (steps count from 1, so the job's first window, steps 1 to
+        ``window_steps - 1``, has one too) when ``config`` is new since the last sampled step
+        or ``SAMPLE_INTERVAL_S`` have passed. Decided once per step."""
+        if step == self._decided[0]:
+            return self._decided[1]
+        every = self._sample_every or config.window_steps
+        sample = step % every == every - 1
+        if sample and self._sample_every is None:
+            now, last = self._clock(), self._sampled_as
+            sample = last is None or last[0] != config or now - last[1] >= SAMPLE_INTERVAL_S
+            if sample:
+                self._sampled_as = (config, now)
+        self._decided = (step, sample)
+        return sample
 
     def set_layers(self, tensors: Sequence[tuple[str, int]]) -> None:
         """The gradients pushed every step, ``(name, nbytes)`` in forward order; tells the
@@ -119,7 +143,7 @@ class Tuning:
             self._config = config
             self._agent.set_config(config, step=step)
         layer_times = None
-        if self.sampled(step) and self._layers:
+        if ready and self._layers:  # only sampled steps stamp gradients
             layer_times = self.layer_times(ready)
         link_bytes = round(nbytes * self._link_factor)  # what the servers' links carry
         self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,

@@ -56,7 +56,8 @@ class AutoByte(KVStoreBase, Tuned):  # type: ignore[misc]
     judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords (e.g.
     ``endpoint``, ``decision_log``, ``lead_s``). Tuning is live by default (``tuner='meta'``);
     ``tuner='none'`` or AUTOBYTE_TUNER=none turns it off. ``sample_every``: steps between
-    the steps timed tensor by tensor (default: one a window, as ``AutoByteStrategy``).
+    the steps timed tensor by tensor (default: a window's last step, at most one a second;
+    ``_tuning``).
     """
 
     def __init__(self, *, config: Config | None = None, base: str = "dist_sync",

@@ -181,7 +181,8 @@ def samples_from_log(path: str | Path, *, servers: int = 1,
 
 def _track(tracker: JobTracker, record: dict[str, Any], servers: int) -> MetaInput | None:
     """The job as the tuner saw it at this window (``JobTracker`` over every complete window
-    with statistics, the left-out ones included); None if this window has none."""
+    with statistics, the left-out ones included): a window without them (no step of it was
+    timed per tensor) keeps the last; None before any has them."""
     from common.stats import Observation
 
     if record.get("action") == "skip":
@@ -190,7 +191,7 @@ def _track(tracker: JobTracker, record: dict[str, Any], servers: int) -> MetaInp
         obs = Observation.from_dict(record.get("observation") or {})
         return tracker.update(MetaInput.from_observation(obs, servers=servers))
     except (ConfigError, ControlError):
-        return None
+        return tracker.job
 
 
 def _step(record: dict[str, Any], name: str) -> int:

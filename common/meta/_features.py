@@ -123,20 +123,23 @@ class MetaInput:
 
     @classmethod
     def from_observation(cls, obs: Any, *, servers: int = 1) -> MetaInput:
-        """From a merged ``common.stats.Observation``: per-layer times averaged over workers,
-        bandwidths averaged, batch size recovered from speed x step time."""
+        """From a merged ``common.stats.Observation``: per-layer times and bandwidths averaged
+        over the workers that measured them (a worker may time no step of a window), batch
+        size recovered from speed x step time."""
         rows = [r for r in obs.layer_backward_s if r]
         if not rows or not obs.layer_bytes:
             raise ConfigError("the observation has no per-layer backward times or bytes; the "
                               "meta-network needs both (enable layer timing in the adapter)")
+        down = [b for b in obs.bandwidth_down if b > 0]
+        up = [b for b in obs.bandwidth_up if b > 0]
         times = np.mean(np.array(rows, dtype=np.float64), axis=0)
         n = int(obs.num_workers)
         batch = max(1, round(float(obs.speed) * float(obs.step_time_s) / n)) \
             if obs.step_time_s > 0 else 32
         return cls(layer_backward_s=tuple(float(t) for t in times),
                    layer_bytes=tuple(obs.layer_bytes), workers=n, arch=obs.arch,
-                   bandwidth_down_bps=float(np.mean(obs.bandwidth_down)),
-                   bandwidth_up_bps=float(np.mean(obs.bandwidth_up)), servers=servers,
+                   bandwidth_down_bps=float(np.mean(down)) if down else 0.0,
+                   bandwidth_up_bps=float(np.mean(up)) if up else 0.0, servers=servers,
                    model=obs.model, batch_size=batch)
 
 
@@ -160,9 +163,11 @@ class JobTracker:
             raise ConfigError(f"history must be an int >= 1 window, got history={history!r}")
         self.history = history
         self._recent: collections.deque[MetaInput] = collections.deque(maxlen=history)
+        self.job: MetaInput | None = None  # the latest ``update``'s answer
 
     def reset(self) -> None:
         self._recent.clear()
+        self.job = None
 
     def keep_newest(self) -> None:
         """Forget all but the newest window (the environment changed: e.g. the link)."""
@@ -178,12 +183,14 @@ class JobTracker:
                 self._recent.clear()
         self._recent.append(window)
         if len(self._recent) == 1:
+            self.job = window
             return window
         times = np.median(np.array([w.layer_backward_s for w in self._recent]), axis=0)
-        return dataclasses.replace(
+        self.job = dataclasses.replace(
             window, layer_backward_s=tuple(float(t) for t in times),
             bandwidth_down_bps=max(w.bandwidth_down_bps for w in self._recent),
             bandwidth_up_bps=max(w.bandwidth_up_bps for w in self._recent))
+        return self.job
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,6 +129,14 @@ def test_from_observation_averages_workers() -> None:
     assert job.layer_backward_s == pytest.approx((0.02, 0.04))
     assert job.bandwidth_down_bps == pytest.approx(2e9)
     assert job.batch_size == 32  # 640 samples/s x 0.1 s / 2 workers
+    # a worker that timed no step of the window measured no link and no layers
+    obs.layer_backward_s, obs.bandwidth_down = ((0.01, 0.03), ()), (0.0, 3e9)
+    job = MetaInput.from_observation(obs)
+    assert job.layer_backward_s == pytest.approx((0.01, 0.03))
+    assert job.bandwidth_down_bps == pytest.approx(3e9)
+    obs.bandwidth_down = (0.0, 0.0)
+    with pytest.raises(ConfigError, match="bandwidth_down_bps must be"):
+        MetaInput.from_observation(obs)
     obs.layer_backward_s = ()
     with pytest.raises(ConfigError, match="per-layer backward times"):
         MetaInput.from_observation(obs)

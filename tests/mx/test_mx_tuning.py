@@ -82,8 +82,7 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     assert steps[0][2] == 0.001  # no previous completion: the issue interval
     assert all(s[2] == pytest.approx(STEP_S) for s in steps[1:])
     assert [s[1] for s in steps] == [BATCH] * 6
-    assert [s[3]["layer_backward_s"] is not None for s in steps] == [True, False, True, False,
-                                                                   True, False]
+    assert all(s[3]["layer_backward_s"] is not None for s in steps)  # all stamped
     assert ("config", (second, 5)) in agent.calls
     assert steps[1][3]["bytes_up"] == steps[1][3]["bytes_down"] == 326840
     assert all(s[3]["comm_s"] == COMM_S for s in steps)
@@ -92,17 +91,46 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     assert agent.calls[-1][1][2] == 0.001
 
 
-def test_one_step_a_window_is_sampled_unless_the_caller_says_otherwise() -> None:
-    """Per-tensor timing costs engine callbacks: by default the last step of each window (the
-    first window, steps 1-9, has one too), or every ``sample_every`` steps."""
-    agent = RecordingAgent()
-    tuning = Tuning(agent, Config(tuner="none", window_steps=10))
-    assert [s for s in range(1, 40) if tuning.sampled(s)] == [9, 19, 29, 39]
-    fixed = Tuning(agent, Config(tuner="none"), sample_every=3)
-    assert [s for s in range(1, 7) if fixed.sampled(s)] == [2, 5]
+def test_a_window_last_step_is_sampled_at_most_once_a_second_per_configuration() -> None:
+    """Per-tensor timing costs milliseconds a sampled step whatever the step's length: by
+    default a window's last step (the first window, steps 1-9, has one too) when a second has
+    passed or the configuration is new; every ``sample_every`` steps when the caller says."""
+    now = [0.0]
+    tuning = Tuning(RecordingAgent(), Config(tuner="none", window_steps=10),
+                    clock=lambda: now[0])
+    config = Config(tuner="none", window_steps=10)
+
+    def sampled(steps: range, step_s: float, run: Config = config) -> list[int]:
+        out = []
+        for step in steps:
+            now[0] += step_s
+            if tuning.sampled(step, run):
+                out.append(step)
+            now[0] += 5.0  # asked again within the step: the same answer
+            assert tuning.sampled(step, run) == (out[-1:] == [step])
+            now[0] -= 5.0
+        return out
+
+    assert sampled(range(1, 40), 0.5) == [9, 19, 29, 39]  # 5 s windows: every one
+    assert sampled(range(40, 100), 0.04) == [69, 99]  # 0.4 s windows: once a second
+    other = config.replace(partition_bytes="64KiB")
+    assert sampled(range(100, 140), 0.04, other) == [109, 139]  # new: at once, then 1 s
+    fixed = Tuning(RecordingAgent(), Config(tuner="none"), sample_every=3)
+    assert [s for s in range(1, 7) if fixed.sampled(s, config)] == [2, 5]
     for bad in (0, 2.5, True, "2"):
         with pytest.raises(ConfigError, match="sample_every must be an int >= 1"):
-            Tuning(agent, Config(tuner="none"), sample_every=bad)  # type: ignore[arg-type]
+            Tuning(RecordingAgent(), Config(tuner="none"), sample_every=bad)  # type: ignore[arg-type]
+
+
+def test_only_steps_with_gradient_stamps_carry_layer_times() -> None:
+    agent = RecordingAgent()
+    tuning = Tuning(agent, Config(tuner="none"))
+    tuning.set_layers(TENSORS)
+    _feed(tuning, range(1, 3), Config(tuner="none"))
+    tuning.step(3, Config(tuner="none"), done=200.0, issue_s=0.001, samples=BATCH, ready={},
+                nbytes=0)
+    steps = [v for k, v in agent.calls if k == "step"]
+    assert [s[3]["layer_backward_s"] is not None for s in steps] == [True, True, False]
 
 
 def test_recorder_hands_complete_steps_once_in_order_and_keeps_them_for_step_stats() -> None:

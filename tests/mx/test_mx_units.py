@@ -275,6 +275,7 @@ def fake_store(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     def make(**options: Any) -> Any:
         options.setdefault("window_steps", WINDOW_STEPS)
+        options.setdefault("sample_every", WINDOW_STEPS)
         store = autobyte_mx.AutoByte(tuner="none", **options)
         stores.append(store)
         return store, fake

@@ -55,13 +55,13 @@ def write_log(path: Path) -> Path:
         _window(log, _obs(B, (90.0, 90.0), 10))         # first after a switch: skipped
         _window(log, _obs(B, (200.0, 220.0), 15))       # sample 2
         _window(log, _obs(B, (10.0,), 20), "skip")      # incomplete: skipped
-        _window(log, _obs(B, (50.0, 50.0), 25, layers=False))  # no layer times: skipped
+        _window(log, _obs(B, (50.0, 50.0), 25, layers=False))  # untimed: sample 3
         log.write("event", {"event": "bye"})
         _window(log, _obs(A, (1.0, 1.0), 30))           # switch back: skipped
-        _window(log, _obs(A, (120.0, 140.0), 35))       # sample 3
+        _window(log, _obs(A, (120.0, 140.0), 35))       # sample 4
         _window(log, _obs(A, (60.0, 60.0), 40, steps=2))  # cut short by a switch: skipped
         _window(log, _obs(B, (1.0, 1.0), 42, steps=3))  # first after a switch: skipped
-        # window 45 (the switch to A) never logged: 50 measured all its steps: sample 4
+        # window 45 (the switch to A) never logged: 50 measured all its steps: sample 5
         _window(log, _obs(A, (300.0, 300.0), 50))
         log.write("window", {**_obs(B, (1.0, 1.0), 60).to_dict(), "config": B,
                              "speed": 2.0, "steps": 3, "action": "stay"})  # retrace: skipped
@@ -70,15 +70,15 @@ def write_log(path: Path) -> Path:
 
 def test_a_log_becomes_samples_without_trace_and_switch_windows(tmp_path: Path) -> None:
     got = samples_from_log(write_log(tmp_path / "job1" / "decisions-x.jsonl"))
-    assert got.windows == 12 and len(got.samples) == 4 and got.recovered == 1
+    assert got.windows == 12 and len(got.samples) == 5 and got.recovered == 1
     assert [(s.partition_bytes, s.credit_bytes, s.speed) for s in got.samples] == [
-        (64 * K, 256 * K, 320.0), (K * K, K * K, 420.0), (64 * K, 256 * K, 260.0),
-        (64 * K, 256 * K, 600.0)]
+        (64 * K, 256 * K, 320.0), (K * K, K * K, 420.0), (K * K, K * K, 100.0),
+        (64 * K, 256 * K, 260.0), (64 * K, 256 * K, 600.0)]
+    assert got.samples[2].job == got.samples[1].job  # untimed: the job as last measured
     assert got.skipped == {"first window of the log (trace, warm-up)": 1,
                            "first window after a switch (switch, retrace)": 4,
                            "partial window (cut short by a switch)": 1,
-                           "skipped by the coordinator (incomplete)": 1,
-                           "no usable observation (per-layer times)": 1}
+                           "skipped by the coordinator (incomplete)": 1}
     job = got.samples[0].job
     assert job.layer_backward_s == pytest.approx((0.02, 0.04))  # mean over workers
     assert job.layer_bytes == (1000, 3000) and job.workers == 2 and job.arch == "allreduce"
@@ -86,11 +86,11 @@ def test_a_log_becomes_samples_without_trace_and_switch_windows(tmp_path: Path) 
     assert job.bandwidth_down_bps == pytest.approx(100e6)
     # the job as the tuner saw it: the best link of the last 8 windows with statistics
     # (5, 10, 15, 30, 35, 40, 42, 50; 0 has left, 20 was incomplete, 25 had no layers)
-    assert got.samples[3].job.bandwidth_up_bps == 100e6 + 50
-    assert got.samples[2].job.bandwidth_up_bps == 100e6 + 35
+    assert got.samples[4].job.bandwidth_up_bps == 100e6 + 50
+    assert got.samples[3].job.bandwidth_up_bps == 100e6 + 35
     assert job.batch_size == 32  # speed x step time / workers
-    assert got.runs == ["job1/decisions-x"] * 4
-    assert "4 sample(s), 8 skipped" in got.describe()
+    assert got.runs == ["job1/decisions-x"] * 5
+    assert "5 sample(s), 7 skipped" in got.describe()
     assert "1 of the samples follow a switch window the log lacks" in got.describe()
 
 
@@ -100,20 +100,21 @@ def test_dataset_keeps_runs_and_pairs_windows_as_deployed(tmp_path: Path) -> Non
     got = samples_from_logs([tmp_path])
     data = Dataset.from_samples(got.samples, source="testbed", runs=got.runs)
     assert data.runs() == ["r1/decisions-a", "r2/decisions-b"]
-    assert len(data) == 8 and data.num_jobs == 8  # each window its own statistics
+    # each timed window its own statistics; the untimed one shares the window's before
+    assert len(data) == 10 and data.num_jobs == 8
     back = Dataset.load(data.save(tmp_path / "t.npz"))
     assert back.runs() == data.runs()
     one = back.select_runs("r2/*")
-    assert one.runs() == ["r2/decisions-b"] and len(one) == 4
+    assert one.runs() == ["r2/decisions-b"] and len(one) == 5
     assert back.select_runs("r2/*", keep=False).runs() == ["r1/decisions-a"]
     deployed = one.as_deployed()
     # every window's statistics score both configurations of its run, each at the mean
-    # speed of its windows (A: 320, 260, 600; B: 420)
+    # speed of its windows (A: 320, 260, 600; B: 420, 100)
     assert deployed.num_jobs == 4 and len(deployed) == 8
     for j in range(4):
         rows = deployed["sample_job"] == j
         assert deployed["partition_bytes"][rows].tolist() == [64 * K, K * K]
-        assert deployed["speed"][rows].tolist() == pytest.approx([1180 / 3, 420.0])
+        assert deployed["speed"][rows].tolist() == pytest.approx([1180 / 3, 260.0])
         assert deployed.job(j) == one.job(j)
     np.testing.assert_allclose(deployed["speed"] * deployed["iteration_s"], 64.0)
 
@@ -132,10 +133,10 @@ def test_collect_command_writes_a_dataset(tmp_path: Path, capsys: pytest.Capture
     log = write_log(tmp_path / "decisions-c.jsonl")
     out = tmp_path / "t.npz"
     assert main(["meta", "collect", "--from-logs", str(log), "--out", str(out)]) == 0
-    assert "4 samples" in capsys.readouterr().out
+    assert "5 samples" in capsys.readouterr().out
     data = Dataset.load(out)
     assert set(data["job_source"].tolist()) == {"testbed"}
-    assert sorted(data["speed"].tolist()) == [260.0, 320.0, 420.0, 600.0]
+    assert sorted(data["speed"].tolist()) == [100.0, 260.0, 320.0, 420.0, 600.0]
 
 
 def test_bad_logs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
