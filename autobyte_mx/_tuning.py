@@ -6,12 +6,12 @@ attribute reads and one ``record_step``. Per-tensor timing (an engine callback w
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
 steps: the last step of a window, when the configuration is new since the last sampled step
 or ``SAMPLE_INTERVAL_S`` has passed. A sampled step costs milliseconds whatever the step's
-length: each Python callback waits on an engine thread for the interpreter lock, and the
-ready stamps hold back the copies into the send buffers. With one sampled step a window the
-demo cnn's 13 ms steps on 3 Gbit/s ran at 0.947x native, with one in 100 steps at 1.014x;
-MobileNetV2's 300 ms steps still get one every window. Windows without one carry no layer
-times, and on the native path no link rate: the tuner keeps the last ones it saw, and a
-worker decides alone (nothing it sends depends on it).
+length (its Python callbacks run on engine threads, which must take the interpreter lock from
+the training thread, and the ready stamps hold back the copies into the send buffers): with
+one a window the demo cnn's 13 ms steps on 3 Gbit/s ran at 0.947x native, with one a second
+at 0.995x; MobileNetV2's 300 ms steps still get one every window. Windows without one carry
+no layer times, and on the native path no link rate: the tuner keeps the last ones it saw,
+and a worker decides alone (nothing it sends depends on it).
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
