@@ -4,14 +4,10 @@ decisions come back through the step agreement (``_control``).
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
-steps: the last step of a window, when the configuration is new since the last sampled step
-or ``SAMPLE_INTERVAL_S`` has passed. A sampled step costs milliseconds whatever the step's
-length (its Python callbacks run on engine threads, which must take the interpreter lock from
-the training thread, and the ready stamps hold back the copies into the send buffers): with
-one a window the demo cnn's 13 ms steps on 3 Gbit/s ran at 0.947x native, with one a second
-at 0.995x; MobileNetV2's 300 ms steps still get one every window. Windows without one carry
-no layer times, and on the native path no link rate: the tuner keeps the last ones it saw,
-and a worker decides alone (nothing it sends depends on it).
+steps: the last step of a window, when ``common.stats.SampleBudget`` allows (at most one a
+second under one configuration). Windows without one carry no layer times, and on the native
+path no link rate: the tuner keeps the last ones it saw. A worker decides alone, since nothing
+it sends depends on it.
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
@@ -37,11 +33,9 @@ import numpy.typing as npt
 
 from common.config import Config
 from common.errors import ConfigError
-from common.stats import backward_times, layers_by_block, per_layer
+from common.stats import SampleBudget, backward_times, layers_by_block, per_layer
 
-__all__ = ["SAMPLE_INTERVAL_S", "AgentLike", "Tuning"]
-
-SAMPLE_INTERVAL_S = 1.0  # at most one sampled step a second under one configuration
+__all__ = ["AgentLike", "Tuning"]
 
 
 class AgentLike(Protocol):
@@ -60,8 +54,8 @@ class AgentLike(Protocol):
 class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
-    __slots__ = ("_agent", "_clock", "_config", "_decided", "_index", "_last", "_layers",
-                 "_link_factor", "_sample_every", "_sampled_as", "_signature")
+    __slots__ = ("_agent", "_budget", "_config", "_decided", "_index", "_last", "_layers",
+                 "_link_factor", "_sample_every", "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
                  sample_every: int | None = None, link_factor: float = 1.0,
@@ -74,9 +68,8 @@ class Tuning:
         self._config = config
         self._link_factor = link_factor  # common.stats.comm_factor of the job
         self._sample_every = sample_every  # None: a window's last step, time permitting
-        self._clock = clock
+        self._budget = SampleBudget(clock)
         self._decided = (0, False)  # (step, sampled) of the latest step asked about
-        self._sampled_as: tuple[Config, float] | None = None  # the last sampled step's
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
@@ -91,17 +84,13 @@ class Tuning:
         with scheduling off also each tensor's transfer); other steps are timed as a whole.
         With ``sample_every`` the last of every ``sample_every`` steps; by default the last
         step of a window (steps count from 1, so the job's first window, steps 1 to
-        ``window_steps - 1``, has one too) when ``config`` is new since the last sampled step
-        or ``SAMPLE_INTERVAL_S`` have passed. Decided once per step."""
+        ``window_steps - 1``, has one too) when the ``SampleBudget`` allows. Decided once per
+        step."""
         if step == self._decided[0]:
             return self._decided[1]
         every = self._sample_every or config.window_steps
-        sample = step % every == every - 1
-        if sample and self._sample_every is None:
-            now, last = self._clock(), self._sampled_as
-            sample = last is None or last[0] != config or now - last[1] >= SAMPLE_INTERVAL_S
-            if sample:
-                self._sampled_as = (config, now)
+        sample = step % every == every - 1 and (self._sample_every is not None or
+                                                 self._budget.due(config))
         self._decided = (step, sample)
         return sample
 

@@ -10,8 +10,11 @@ wait. A worker whose plan changed switches its step function at that same step: 
 already made for that plan (``TRACE_CACHE`` of them are kept, so going back costs nothing) or to
 a new trace; between changes nothing but a step counter runs in Python.
 
-Sampled steps (one per ``sample_every``, and the step after a sampled step that traced) stamp
-when each gradient is ready. They run a trace of their own, kept beside the plan's plain one:
+Sampled steps stamp when each gradient is ready: a window's second step when rank 0's
+``SampleBudget`` allows (at most one a second under one configuration; it rides in the
+agreement, since every worker must run the same trace) or the window begins a new
+configuration; every ``sample_every`` steps if given; and the step after a sampled step that
+traced. They run a trace of their own, kept beside the plan's plain one:
 a stamp behind a flag in every trace cost every step a branch per gradient (the demo cnn at
 3gbit ran 3-6% slower than MultiWorkerMirroredStrategy for its eight), and a plan's second
 trace is paid once, at its first sampled step.
@@ -36,7 +39,7 @@ from autobyte_tf._stats import ReadyTimes
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
-from common.stats import backward_times, layers_by_rank, per_layer, ring_bytes
+from common.stats import SampleBudget, backward_times, layers_by_rank, per_layer, ring_bytes
 
 __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
@@ -87,7 +90,10 @@ class Controller:
         self._bandwidth = bandwidth
         self._broadcast = broadcast
         self._inflight: tuple[Callable[[], Vector], tuple[TensorInfo, ...] | None] | None = None
-        self._sample_every = sample_every or config.window_steps
+        self._sample_every = sample_every  # None: as the agreement says, once a window at most
+        self._budget = SampleBudget()  # rank 0's
+        self._budget.note(config)
+        self._sample_window = True  # this window samples (the job's first does)
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
         self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
         self._main: tuple[TensorInfo, ...] | None = None
@@ -204,7 +210,9 @@ class Controller:
                 self._busy_s = 0.0
         if self.step % w == offset:  # what is sent now is in force from the next boundary
             self._send(due_at=self.step + w - offset)
-        sample = self._resample or self.step % self._sample_every == 1 % self._sample_every
+        every = self._sample_every or w
+        sample = self._resample or (self.step % every == 1 % every and
+                                    (self._sample_every is not None or self._sample_window))
         self._traced = False
         self._stamps.clear()
         return _Step(sample=sample, rebuild=rebuild)
@@ -252,9 +260,11 @@ class Controller:
                 main is not None:
             payload = [round(t * 1e6) for t in self._local_times]  # microseconds
             self._times_sent = True
+        sample = self.rank == 0 and self._sample_every is None and \
+            self._budget.due(self.config)
         vector = np.array(self._agreement.vector(
             self.step, due_at=due_at, payload=payload,
-            payload_len=0 if main is None else len(main)), dtype=np.float64)
+            payload_len=0 if main is None else len(main), sample=sample), dtype=np.float64)
         if self.workers > 1:
             self._inflight = (self._broadcast(vector), main)
         else:
@@ -263,8 +273,10 @@ class Controller:
     def _apply(self, vector: Vector, main: tuple[TensorInfo, ...] | None) -> bool:
         agreed = self._agreement.take([float(x) for x in vector])
         new = agreed.config
+        self._sample_window = agreed.sample or new is not None
         if new is not None:
             log.info("step %d: AutoByte switches to %s", self.step, new.describe())
+            self._budget.note(new)
             if self.agent is not None:
                 self.agent.set_config(new, step=self.step)
         if agreed.payload is not None and main is not None:  # for ``plan_for``

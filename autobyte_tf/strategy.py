@@ -72,9 +72,10 @@ class AutoByteStrategy(tf.distribute.MultiWorkerMirroredStrategy, Tuned):  # typ
     ``model_name`` names the model for the tuner's features ("resnet50", ...; unknown models
     are judged by their layers). ``tuning`` takes ``common.control.TuningAgent`` keywords
     (e.g. ``endpoint``, ``decision_log``, ``lead_s``). ``sample_every`` (steps between sampled
-    steps, default a window) must be the same on every worker, like the configuration: a
-    sampled step runs a trace of its own, and the workers' collectives match only when all run
-    the same trace.
+    steps; default: a window's second step when rank 0's ``common.stats.SampleBudget`` allows,
+    agreed with the configuration) must be the same on every worker, like the configuration:
+    a sampled step runs a trace of its own, and the workers' collectives match only when all
+    run the same trace.
     """
 
     def __init__(self, *, config: Config | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH,

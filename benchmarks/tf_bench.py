@@ -9,9 +9,10 @@ For each link rate, one job of 2 workers on the testbed (shaped namespaces as ro
 otherwise) trains every model with every variant side by side in the same processes,
 interleaved in rounds (in reverse order every other round) so machine noise hits all alike, and
 prints mean step times (medians in its BENCH rows) and each variant's ratio to MWMS. Variants:
-``mwms``, ``native`` (AutoByte's native path, its defaults: a window of 10 steps, one sampled)
-and ``partition:credit`` (fixed, scheduled). Models: keras.applications ResNet50 and VGG16
-(32x32 input, weights=None), an AlexNet-like convnet, and the demo's models (``cnn``, ...).
+``mwms``, ``native`` (AutoByte's native path, its defaults: windows of 10 steps, a sampled
+step at most once a second) and ``partition:credit`` (fixed, scheduled). Models:
+keras.applications ResNet50 and VGG16 (32x32 input, weights=None), an AlexNet-like convnet,
+and the demo's models (``cnn``, ...).
 """
 
 from __future__ import annotations

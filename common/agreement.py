@@ -4,9 +4,10 @@ Collectives (TensorFlow) and keys (ps-lite) are matched by the order the workers
 a new configuration must start at the same step everywhere. Each adapter can sum a vector over
 the workers beside its own traffic (a ps-lite key; a few elements riding the gradients'
 all-reduce). Rank 0 writes its decision into the vector and the others write zeros, so the sum
-is rank 0's decision. Every worker also adds its configuration's fingerprint, its step and a
-one, whose sums show workers that disagree, which would otherwise deadlock or corrupt the
-layout.
+is rank 0's decision (and whether the next window samples a step: TensorFlow's sampled steps
+run a trace of their own, whose collectives every worker must run alike). Every worker also
+adds its configuration's fingerprint, its step and a one, whose sums show workers that
+disagree, which would otherwise deadlock or corrupt the layout.
 
 Every value is a non-negative integer below ``2**36``, sent as two base-4096 digits, so each
 slot's sum is exact in float32 and survives MXNet's 2-bit compression as bits.
@@ -28,8 +29,8 @@ _BASE = 4096
 _LIMIT = _BASE**3  # the largest value sent is one less
 _STEP_MOD = 4096
 (_COUNT, _FP_ALL, _STEP_ALL, _FP0, _STEP0, _HAS_CONFIG, _P, _P_LO, _C, _C_LO, _SCHED,
- _HAS_PAYLOAD) = range(12)
-HEADER = 12
+ _HAS_PAYLOAD, _SAMPLE) = range(13)
+HEADER = 13
 SUMMED = (_COUNT, _FP_ALL, _STEP_ALL)  # the slots every worker writes
 
 
@@ -48,11 +49,12 @@ def fingerprint(config: Config) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Agreed:
-    """What the summed vector said: the configuration switched to (None: no switch) and rank
-    0's payload, if it sent one."""
+    """What the summed vector said: the configuration switched to (None: no switch), rank
+    0's payload, if it sent one, and whether rank 0 asked for a sampled step."""
 
     config: Config | None
     payload: tuple[int, ...] | None
+    sample: bool = False
 
 
 class Agreement:
@@ -83,10 +85,10 @@ class Agreement:
         self._pending = base.replace(**changes) if changes else base
 
     def vector(self, step: int, *, due_at: int | None, payload: Sequence[int] | None = None,
-               payload_len: int = 0) -> list[float]:
+               payload_len: int = 0, sample: bool = False) -> list[float]:
         """This worker's vector at ``step`` for the switch at ``due_at`` (None: a check of the
         workers' agreement alone, proposing nothing); ``payload`` (rank 0's, ``payload_len``
-        integers, e.g. measured layer times) rides once when given."""
+        integers, e.g. measured layer times) rides once when given; ``sample`` is rank 0's."""
         proposal = None
         if due_at is not None:
             due = self._due(due_at) if self._due is not None else None
@@ -97,6 +99,7 @@ class Agreement:
         values[_COUNT], values[_FP_ALL], values[_STEP_ALL] = 1, mine, step % _STEP_MOD
         if self.rank == 0:
             values[_FP0], values[_STEP0] = mine, step % _STEP_MOD
+            values[_SAMPLE] = int(sample)
             if proposal is not None:
                 values[_HAS_CONFIG] = 1
                 _put(values, _P, proposal.partition_bytes)
@@ -134,14 +137,15 @@ class Agreement:
                 "worker must run the same steps, pushing the same keys in each")
         payload = tuple(_get(v, i) for i in range(HEADER, len(v), 2)) \
             if v[_HAS_PAYLOAD] else None
+        sample = bool(v[_SAMPLE])
         if not v[_HAS_CONFIG]:
-            return Agreed(None, payload)
+            return Agreed(None, payload, sample)
         new = self._config.replace(partition_bytes=_get(v, _P), credit_bytes=_get(v, _C),
                                    scheduling=bool(v[_SCHED]))
         if new == self._config:
-            return Agreed(None, payload)
+            return Agreed(None, payload, sample)
         self._config = new
-        return Agreed(new, payload)
+        return Agreed(new, payload, sample)
 
 
 def _put(values: list[int], at: int, value: int) -> None:

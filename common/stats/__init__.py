@@ -22,15 +22,18 @@ from common.stats._layers import (
     ring_bytes,
 )
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
+from common.stats._sampling import SAMPLE_INTERVAL_S, SampleBudget
 from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
 __all__ = [
     "ARCHITECTURES",
     "OBSERVATION_VERSION",
+    "SAMPLE_INTERVAL_S",
     "WINDOW_SCHEMA",
     "WINDOW_VERSION",
     "Observation",
+    "SampleBudget",
     "StatsCollector",
     "TrainingStats",
     "Window",

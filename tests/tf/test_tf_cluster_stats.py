@@ -22,7 +22,7 @@ from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
 from common.errors import ConfigError
-from common.stats import Window, ring_bytes
+from common.stats import SampleBudget, Window, ring_bytes
 from common.testing import peers_agree
 from common.testing.tuners import ScriptedTuner
 from common.trigger import ThresholdTrigger
@@ -189,25 +189,64 @@ def test_every_step_function_switches_trace_and_a_switch_back_reuses_the_old_one
     assert builds["a"] == 3
 
 
+def _sampling(step_s: float, steps: int, *, workers: int = 1,
+              switch_at: int = -1) -> tuple[list[bool], list[int]]:
+    """Runs ``steps`` steps of ``step_s`` (a fake clock) on a controller per worker, whose
+    agreements are summed as the strategy's all-reduce sums them; returns rank 0's traces
+    (whether each would stamp) and the steps each worker ran a stamping trace in."""
+    now = [0.0]
+    summed = _Sums()
+    controllers = [Controller(config=Config(window_steps=4), rank=r, workers=workers,
+                              bandwidth=1e9, broadcast=summed.of(r), stamping=True)
+                   for r in range(workers)]
+    traced: list[bool] = []
+    ran: list[list[int]] = [[] for _ in controllers]
+    fns = []
+    for rank, c in enumerate(controllers):
+        c._budget = SampleBudget(lambda: now[0])
+
+        def build(c: Controller = c, rank: int = rank) -> Any:
+            stamps = c.stamps() is not None
+            if rank == 0:
+                traced.append(stamps)
+            return lambda: ran[rank].append(c.step) if stamps else None
+
+        fns.append(SteppedFunction(c, build, lambda: 0, can_sample=lambda: True))
+    for step in range(steps):
+        now[0] += step_s
+        if step == switch_at:
+            controllers[0].reconfigure(partition_bytes=8192)
+        for fn in fns:  # in lock step: every worker's vector is in before a sum is taken
+            fn()
+    assert all(r == ran[0] for r in ran)  # every worker ran the same traces
+    return traced, ran[0]
+
+
 def test_sampled_steps_run_a_trace_of_their_own_and_other_steps_trace_no_stamps() -> None:
     """A stamp in every trace cost every step; now a plan's plain trace has none and its
-    sampled trace, built at its first sampled step, runs one step a window."""
-    c = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
-                   broadcast=lambda v: lambda: v, stamping=True)
-    traced: list[bool] = []  # per build: whether the trace would stamp
-    ran: list[bool] = []  # per step: whether the trace it ran stamps
-
-    def build() -> Any:
-        stamps = c.stamps() is not None
-        traced.append(stamps)
-        return lambda: ran.append(stamps)
-
-    fn = SteppedFunction(c, build, lambda: 0, can_sample=lambda: True)
-    for _ in range(12):
-        fn()
+    sampled trace, built at its first sampled step, runs at most one step a window."""
+    traced, ran = _sampling(0.3, 12)  # 1.2-s windows
     assert traced == [False, True]  # step 0 plain, step 1 the first sampled one
     # steps 1, 5, 9 sample; step 2 too, since step 1 traced (its times are a trace's)
-    assert [i for i, s in enumerate(ran) if s] == [1, 2, 5, 9]
+    assert ran == [1, 2, 5, 9]
+
+
+def test_fast_steps_sample_about_once_a_second_on_every_worker_alike() -> None:
+    """Rank 0 asks for a sampled step in the agreement half a window ahead, at most once a
+    second; every worker runs the sampled trace at the same steps (collectives must match)."""
+    _, ran = _sampling(0.1, 32, workers=2)  # 0.4-s windows; asked at steps 2, 6, 10, ...
+    # the first window's step 1 (and 2, after its trace); then asked at step 2 (t=0.3 s),
+    # step 14 (1.5 s) and step 26 (2.7 s): windows 4-7, 16-19 and 28-31
+    assert ran == [1, 2, 5, 17, 29]
+
+
+def test_the_window_a_new_configuration_begins_samples_and_the_budget_restarts() -> None:
+    # 0.5-s windows: asked at step 2 (t=0.375 s); the switch asked at step 5 is agreed at step
+    # 6 and in force from step 8, whose window samples (step 9 traces, so step 10 too); the
+    # next ask is the first a second after the switch (t=1.125 s): step 18, for window 20-23
+    traced, ran = _sampling(0.125, 24, switch_at=5)
+    assert ran == [1, 2, 5, 9, 10, 21]
+    assert traced == [False, True, False, True]  # each plan: a plain and a sampled trace
     plain = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
                        broadcast=lambda v: lambda: v)
     plain.sample(True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from common.agreement import Agreement, fingerprint, vector_length
+from common.agreement import HEADER, Agreement, fingerprint, vector_length
 from common.config import Config
 from common.errors import ConfigError
 
@@ -32,6 +32,19 @@ def test_every_worker_takes_rank0s_proposal_exactly_and_no_other() -> None:
     again = _sum([w.vector(10, due_at=11) for w in workers])  # the request was sent once
     assert [w.take(again).config for w in workers] == [None, None, None]
     assert all(w.config == expected for w in workers)
+
+
+def test_only_rank0s_sample_request_is_taken_with_or_without_a_switch() -> None:
+    cfg = Config()
+    workers = _workers(cfg, 3)
+    asked = _sum([w.vector(5, due_at=10, sample=w.rank == 0) for w in workers])
+    assert [w.take(asked).sample for w in workers] == [True] * 3
+    others = _sum([w.vector(15, due_at=20, sample=w.rank > 0) for w in workers])
+    assert [w.take(others).sample for w in workers] == [False] * 3
+    workers[0].request(partition_bytes="8KiB")
+    both = [w.take(_sum([v.vector(25, due_at=30, sample=True) for v in workers]))
+            for w in workers[:1]]
+    assert both[0].sample and both[0].config is not None
 
 
 def test_every_value_is_exact_in_float32() -> None:
@@ -97,8 +110,8 @@ def test_a_payload_must_fit_its_slots_and_a_vector_must_be_whole() -> None:
     (r0,) = _workers(Config(), 1)
     with pytest.raises(ValueError, match="payload of 3 values, the vector holds 2"):
         r0.vector(1, due_at=2, payload=[1, 2, 3], payload_len=2)
-    with pytest.raises(ValueError, match="12 \\+ 2n values, got 13"):
-        r0.take([0.0] * 13)
+    with pytest.raises(ValueError, match=f"{HEADER} \\+ 2n values, got {HEADER + 1}"):
+        r0.take([0.0] * (HEADER + 1))
     assert r0.take(r0.vector(1, due_at=2, payload_len=4)).payload is None
 
 
