@@ -101,7 +101,6 @@ class Controller:
         self._sampling = False
         self._traced = False
         self._stamps = ReadyTimes()
-        self._busy_s = 0.0  # the link's busy time per step under the plan in force, once sampled
         self._local_times: tuple[float, ...] | None = None
         self._times_sent = False
         self._resample = False
@@ -200,14 +199,11 @@ class Controller:
         if owner is not self._owner:
             self._owner = owner
             self._main, self._local_times, self._times_sent = None, None, False
-            self._busy_s = 0.0
         rebuild = False
         w = self.config.window_steps
         offset = _send_offset(w)
         if self.step > 0 and self.step % w == 0:
             rebuild = self._take()
-            if rebuild:
-                self._busy_s = 0.0
         if self.step % w == offset:  # what is sent now is in force from the next boundary
             self._send(due_at=self.step + w - offset)
         every = self._sample_every or w
@@ -220,24 +216,21 @@ class Controller:
     def end(self, step: _Step, seconds: float, samples: int) -> None:
         traced = self._traced
         self._resample = step.sample and traced  # a tracing step's times are not steady state
-        layer_times = None
+        layer_times, busy = None, 0.0
         measured = self._stamps.measured(self._main) \
             if step.sample and not traced and self._main is not None else None
         if measured is not None:
             relative, busy = measured
             layer_times = self._local_times = tuple(backward_times(relative, from_start=True))
-            self._busy_s = busy or self._busy_s
         if self.agent is not None:
             if layer_times is not None:
                 layer_times = tuple(per_layer(layer_times, self._layer_of))
-            # a traced step's bytes took a trace's time; before a sampled step under the plan
-            # in force, the step's own time stands in for the link's busy time
+            # a traced step's bytes took a trace's time; only a sampled step times its link
+            # (the window's rate comes from those: one carried over would miss a link change)
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
                                    bytes_up=0 if traced else self._wire_bytes,
                                    bytes_down=0 if traced else self._wire_bytes,
-                                   comm_s=0.0 if traced else min(self._busy_s or seconds,
-                                                                 seconds),
-                                   warmup=traced)
+                                   comm_s=min(busy, seconds), warmup=traced)
         self.step += 1
 
     def _take(self) -> bool:

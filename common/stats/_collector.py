@@ -35,9 +35,10 @@ class StatsCollector:
 
     __slots__ = (
         "_arch", "_bucket", "_bytes_down", "_bytes_up", "_comm_s", "_config", "_elapsed",
-        "_end_step", "_first", "_last", "_last_window", "_layer_bytes", "_layer_steps",
-        "_layer_sum", "_max", "_min", "_model", "_num_workers", "_on_window", "_rank", "_samples",
-        "_steps", "_totals", "_wall", "_warm", "_warm_s", "_warmup_left", "_window_steps",
+        "_end_step", "_first", "_last", "_last_layers", "_last_window", "_layer_bytes",
+        "_layer_steps", "_layer_sum", "_links_timed", "_max", "_min", "_model", "_num_workers",
+        "_on_window", "_rank", "_samples", "_steps", "_timed_down", "_timed_up", "_totals",
+        "_wall", "_warm", "_warm_s", "_warmup_left", "_window_steps",
         "warmup_after_change",
     )
 
@@ -53,6 +54,8 @@ class StatsCollector:
     _max: float
     _bytes_up: int
     _bytes_down: int
+    _timed_up: int  # of the steps that timed their link (comm_s > 0)
+    _timed_down: int
     _layer_steps: int
     _wall: float
 
@@ -82,6 +85,8 @@ class StatsCollector:
         self._bucket = -1
         self._end_step = 0
         self._last_window: Window | None = None
+        self._last_layers: tuple[float, ...] | None = None  # of the last window that had any
+        self._links_timed = False  # a step has timed its link: a window without one has no rate
         self._totals = [0, 0, 0, 0.0]  # steps, sampled, warm-up steps, warm-up seconds
         self._reset()
 
@@ -152,7 +157,11 @@ class StatsCollector:
                 self._max = step_time_s
         self._bytes_up += bytes_up
         self._bytes_down += bytes_down
-        self._comm_s += comm_s
+        if comm_s > 0:
+            self._comm_s += comm_s
+            self._timed_up += bytes_up
+            self._timed_down += bytes_down
+            self._links_timed = True
         if layer_backward_s is not None:
             if len(layer_backward_s) != self._layer_sum.shape[0]:
                 self._layer_sum = np.zeros(len(layer_backward_s))
@@ -175,6 +184,8 @@ class StatsCollector:
             return None
         self._reset()
         self._last_window = window
+        if window.layer_backward_s:
+            self._last_layers = window.layer_backward_s
         if self._on_window is not None:
             self._on_window(window)
         return window
@@ -189,11 +200,9 @@ class StatsCollector:
         else:
             count, elapsed, samples, nbytes = last.steps, last.elapsed_s, last.samples, \
                 last.bytes_up
-        layers: tuple[float, ...] | None = None
+        layers = self._last_layers  # sampled steps are not in every window
         if self._layer_steps:
             layers = tuple((self._layer_sum / self._layer_steps).tolist())
-        elif last is not None and last.layer_backward_s:
-            layers = last.layer_backward_s
         return TrainingStats(
             steps=int(steps), window=count, config=self._config,
             step_time_s=elapsed / count if count else float("nan"),
@@ -203,7 +212,14 @@ class StatsCollector:
             sampled_steps=int(sampled), warmup_steps=int(warm), warmup_s=float(warm_s))
 
     def _build(self) -> Window:
-        busy = self._comm_s if self._comm_s > 0 else self._elapsed
+        # The link's rate: the bytes of the steps that timed it over their busy time; from an
+        # adapter that times no link, bytes over step time
+        if self._comm_s > 0:
+            up, down, busy = self._timed_up, self._timed_down, self._comm_s
+        elif self._links_timed:
+            up, down, busy = 0, 0, 0.0  # not timed this window: no rate, not a stale one
+        else:
+            up, down, busy = self._bytes_up, self._bytes_down, self._elapsed
         layer_times: tuple[float, ...] = ()
         if self._layer_steps:
             mean = np.round(self._layer_sum / self._layer_steps, 7)  # 0.1 us: short JSON
@@ -218,8 +234,8 @@ class StatsCollector:
             step_time_min_s=self._min if self._steps else 0.0,
             step_time_max_s=self._max if self._steps else 0.0,
             bytes_up=self._bytes_up, bytes_down=self._bytes_down,
-            bandwidth_up=8.0 * self._bytes_up / busy if busy > 0 else 0.0,
-            bandwidth_down=8.0 * self._bytes_down / busy if busy > 0 else 0.0,
+            bandwidth_up=8.0 * up / busy if busy > 0 else 0.0,
+            bandwidth_down=8.0 * down / busy if busy > 0 else 0.0,
             layer_backward_s=layer_times, layer_steps=self._layer_steps,
             layer_bytes=tuple(self._layer_bytes), wall_time=self._wall,
             warmup_s=self._warm_s, end_step=self._end_step,
@@ -230,7 +246,7 @@ class StatsCollector:
         self._steps = self._warm = self._samples = 0
         self._elapsed = self._comm_s = self._warm_s = 0.0
         self._min, self._max = float("inf"), 0.0
-        self._bytes_up = self._bytes_down = 0
+        self._bytes_up = self._bytes_down = self._timed_up = self._timed_down = 0
         self._layer_sum[:] = 0.0
         self._layer_steps = 0
         self._wall = 0.0

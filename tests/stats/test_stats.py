@@ -80,7 +80,8 @@ def test_summary_gives_totals_and_the_latest_windows_rates() -> None:
     assert (closed.steps, closed.window, closed.warmup_steps, closed.warmup_s) == (12, 2, 1, 5.0)
     assert closed.samples_per_s == pytest.approx(10.0) and closed.config == new
     assert closed.bytes_per_s == pytest.approx(400.0)
-    assert closed.layer_backward_s is None  # none sampled in the latest window
+    # none sampled in the latest window: the last window's that had a sampled step
+    assert closed.layer_backward_s == pytest.approx((0.1, 0.3))
     assert (closed.layer_bytes, closed.sampled_steps) == ((100, 300), 1)
     c.record_step(12, 10, 8.0)  # warm-up after the switch
     c.record_step(13, 20, 2.0, layer_backward_s=[0.2, 0.2])
@@ -231,3 +232,20 @@ def test_a_step_the_adapter_marks_as_warmup_is_left_out_of_the_speed() -> None:
 def test_busy_time_is_the_union_of_the_transfer_intervals() -> None:
     assert busy_time([]) == 0.0
     assert busy_time([(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.8)]) == pytest.approx(2.5)
+
+
+def test_link_rate_is_of_the_steps_that_timed_the_link_and_none_when_no_step_did() -> None:
+    """Adapters time their links on sampled steps only: a window's rate is those steps' bytes
+    over their busy time; a later window without one has no rate (a carried one would hide a
+    link change); an adapter that never times its link reads bytes over step time."""
+    out: list[Window] = []
+    c = StatsCollector(rank=0, num_workers=1, config=Config(), window_steps=4,
+                       warmup_after_change=0, on_window=out.append)
+    for s in range(12):
+        timed = s in (1, 2)
+        c.record_step(s, 8, 0.1, bytes_up=1000, bytes_down=1000, comm_s=0.02 if timed else 0.0)
+    assert [w.bandwidth_up for w in out] == pytest.approx([8 * 2000 / 0.04, 0.0, 0.0])
+    assert [w.bytes_up for w in out] == [4000] * 3  # every step's bytes still count
+    assert c.summary().bytes_per_s == pytest.approx(1000 / 0.1)
+    untimed = _collect()  # no comm_s at all
+    assert untimed[0].bandwidth_up == pytest.approx(8 * 10_000 / 1.0)

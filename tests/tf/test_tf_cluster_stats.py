@@ -375,9 +375,9 @@ def test_steps_between_sample_counter_reads_get_the_last_rate_and_the_total_stay
 def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> None:
     """Sampled steps stamp when each gradient is ready and when each collective's result is
     there; the link was busy for the union of [last gradient of a block ready, its result],
-    and the steps' bytes over that time is the window's rate, not bytes over step time. Steps
-    before the first stamped one stand in with their own time; a traced step sends no bytes
-    of steady state."""
+    and the stamped steps' bytes over that time is the window's rate, not bytes over step
+    time; steps not stamped add to neither, and a window before the first stamped step reads
+    bytes over step time. A traced step sends no bytes of steady state."""
     windows: list[Window] = []
     agent = TuningAgent(rank=0, num_workers=2, config=Config(window_steps=4, tuner="none"),
                         environ={})
@@ -408,5 +408,6 @@ def test_a_windows_link_rate_is_its_bytes_over_the_time_the_link_was_busy() -> N
     first, second, third = windows
     assert first.warmup_steps == 1 and first.bytes_up == 3 * 8192
     assert first.bandwidth_up == pytest.approx(8 * 8192 / 0.1)  # no stamps yet: step time
-    assert second.bandwidth_up == pytest.approx(8 * 8192 * 4 / (0.1 + 3 * 0.04))
+    assert second.bytes_up == 4 * 8192  # steps 5 and 7 stamped, 4 and 6 not
+    assert second.bandwidth_up == pytest.approx(8 * 8192 / 0.04)
     assert third.bandwidth_up == pytest.approx(8 * 8192 / 0.04)
