@@ -4,10 +4,11 @@ decisions come back through the step agreement (``_control``).
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
-steps: the last step of a window, when ``common.stats.SampleBudget`` allows (at most one a
-second under one configuration). Windows without one carry no layer times, and on the native
-path no link rate: the tuner keeps the last ones it saw. A worker decides alone, since nothing
-it sends depends on it.
+steps: the last step of a window, when ``common.stats.SampleBudget`` allows (every window
+while the job is unsettled, else at most one a second). Windows without one carry no layer
+times, and on the native path no link rate: the tuner keeps the last ones it saw. A worker
+decides alone, since nothing it sends depends on it; deciding at the window's last step, it
+sees a change within the window itself.
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
@@ -55,7 +56,7 @@ class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
     __slots__ = ("_agent", "_budget", "_config", "_decided", "_index", "_last", "_layers",
-                 "_link_factor", "_sample_every", "_signature")
+                 "_link_factor", "_recent", "_sample_every", "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
                  sample_every: int | None = None, link_factor: float = 1.0,
@@ -70,6 +71,7 @@ class Tuning:
         self._sample_every = sample_every  # None: a window's last step, time permitting
         self._budget = SampleBudget(clock)
         self._decided = (0, False)  # (step, sampled) of the latest step asked about
+        self._recent = [0.0, 0]  # seconds and count of the steps fed since the budget's check
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
@@ -89,8 +91,11 @@ class Tuning:
         if step == self._decided[0]:
             return self._decided[1]
         every = self._sample_every or config.window_steps
-        sample = step % every == every - 1 and (self._sample_every is not None or
-                                                 self._budget.due(config))
+        sample = step % every == every - 1
+        if sample and self._sample_every is None:
+            seconds, count = self._recent
+            self._recent = [0.0, 0]
+            sample = self._budget.due(config, seconds / count if count else 0.0)
         self._decided = (step, sample)
         return sample
 
@@ -128,6 +133,8 @@ class Tuning:
             duration_s = done - last[1]
         else:
             duration_s = issue_s
+        self._recent[0] += duration_s
+        self._recent[1] += 1
         if config is not self._config and config != self._config:
             self._config = config
             self._agent.set_config(config, step=step)

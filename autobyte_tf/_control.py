@@ -11,10 +11,10 @@ already made for that plan (``TRACE_CACHE`` of them are kept, so going back cost
 a new trace; between changes nothing but a step counter runs in Python.
 
 Sampled steps stamp when each gradient is ready: a window's second step when rank 0's
-``SampleBudget`` allows (at most one a second under one configuration; it rides in the
-agreement, since every worker must run the same trace) or the window begins a new
-configuration; every ``sample_every`` steps if given; and the step after a sampled step that
-traced. They run a trace of their own, kept beside the plan's plain one:
+``SampleBudget`` allows (every window while the job is unsettled, else at most one a second;
+it rides in the agreement, since every worker must run the same trace) or the window begins a
+new configuration; every ``sample_every`` steps if given; and the step after a sampled step
+that traced. They run a trace of their own, kept beside the plan's plain one:
 a stamp behind a flag in every trace cost every step a branch per gradient (the demo cnn at
 3gbit ran 3-6% slower than MultiWorkerMirroredStrategy for its eight), and a plan's second
 trace is paid once, at its first sampled step.
@@ -94,6 +94,7 @@ class Controller:
         self._budget = SampleBudget()  # rank 0's
         self._budget.note(config)
         self._sample_window = True  # this window samples (the job's first does)
+        self._recent = [0.0, 0]  # seconds and count of the steps since the budget's check
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
         self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
         self._main: tuple[TensorInfo, ...] | None = None
@@ -217,6 +218,9 @@ class Controller:
         traced = self._traced
         self._resample = step.sample and traced  # a tracing step's times are not steady state
         layer_times, busy = None, 0.0
+        if not traced:
+            self._recent[0] += seconds
+            self._recent[1] += 1
         measured = self._stamps.measured(self._main) \
             if step.sample and not traced and self._main is not None else None
         if measured is not None:
@@ -253,8 +257,10 @@ class Controller:
                 main is not None:
             payload = [round(t * 1e6) for t in self._local_times]  # microseconds
             self._times_sent = True
+        seconds, count = self._recent
+        self._recent = [0.0, 0]
         sample = self.rank == 0 and self._sample_every is None and \
-            self._budget.due(self.config)
+            self._budget.due(self.config, seconds / count if count else 0.0)
         vector = np.array(self._agreement.vector(
             self.step, due_at=due_at, payload=payload,
             payload_len=0 if main is None else len(main), sample=sample), dtype=np.float64)

@@ -22,7 +22,7 @@ from common.stats._layers import (
     ring_bytes,
 )
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
-from common.stats._sampling import SAMPLE_INTERVAL_S, SampleBudget
+from common.stats._sampling import SAMPLE_INTERVAL_S, SETTLE_S, STEP_SHIFT, SampleBudget
 from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
@@ -30,6 +30,8 @@ __all__ = [
     "ARCHITECTURES",
     "OBSERVATION_VERSION",
     "SAMPLE_INTERVAL_S",
+    "SETTLE_S",
+    "STEP_SHIFT",
     "WINDOW_SCHEMA",
     "WINDOW_VERSION",
     "Observation",

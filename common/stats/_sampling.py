@@ -3,9 +3,12 @@
 A sampled step costs milliseconds whatever the step's length: its stamps run Python on the
 frameworks' threads, which take the interpreter lock from the training thread (MXNet's engine
 callbacks), or a trace of its own with a stamp per gradient (TensorFlow). One a window cost the
-demo cnn's 13 ms MXNet steps at 3 Gbit/s 5% (0.947x native; at most one a second, 0.995x), so
-a step is sampled when the configuration is new since the last sampled step, or
-``SAMPLE_INTERVAL_S`` has passed. MobileNetV2's 300 ms steps still get one every window.
+demo cnn's 13 ms MXNet steps at 3 Gbit/s 5% (0.947x native; at most one a second, 0.995x).
+But a window's link rate comes from its sampled steps, and the tuner sees a link change by its
+rate: a TensorFlow job with the link alternating every 20 steps, sampled at most once a second,
+stayed on native throughout (0.94x native). So every window samples while the job is
+unsettled, ``SETTLE_S`` after its configuration changed or its step time moved by
+``STEP_SHIFT``; a settled job samples at most once ``SAMPLE_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -15,29 +18,42 @@ from collections.abc import Callable
 
 from common.config import Config
 
-__all__ = ["SAMPLE_INTERVAL_S", "SampleBudget"]
+__all__ = ["SAMPLE_INTERVAL_S", "SETTLE_S", "STEP_SHIFT", "SampleBudget"]
 
-SAMPLE_INTERVAL_S = 1.0  # at most one sampled step a second under one configuration
+SAMPLE_INTERVAL_S = 1.0  # a settled job: at most one sampled step a second
+SETTLE_S = 3.0  # every window samples this long after a change
+STEP_SHIFT = 1.25  # a step time this many times off the last check's is a change
 
 
 class SampleBudget:
-    """Says whether a step may be sampled now, and notes it when it may."""
+    """Says, once a window, whether the window samples a step (and notes it if so)."""
 
-    __slots__ = ("_clock", "_last")
+    __slots__ = ("_changed", "_clock", "_config", "_sampled", "_step_s")
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
-        self._last: tuple[Config, float] | None = None  # the last sampled step's
+        self._config: Config | None = None
+        self._step_s = 0.0  # the step time the last check saw
+        self._changed = self._sampled = float("-inf")  # when
 
-    def due(self, config: Config) -> bool:
-        """A step under ``config`` may be sampled now: the first, the first under a new
-        configuration, or the first ``SAMPLE_INTERVAL_S`` after the last; noted if so."""
-        now, last = self._clock(), self._last
-        if last is None or last[0] != config or now - last[1] >= SAMPLE_INTERVAL_S:
-            self._last = (config, now)
+    def due(self, config: Config, step_s: float = 0.0) -> bool:
+        """The window about to run under ``config``, whose recent steps took ``step_s`` each
+        (0: unknown), samples a step: within ``SETTLE_S`` of a change (the configuration, or
+        the step time ``STEP_SHIFT``-fold off the last check's), else ``SAMPLE_INTERVAL_S``
+        after the last sampled one."""
+        now = self._clock()
+        moved = step_s > 0 and self._step_s > 0 and \
+            not 1 / STEP_SHIFT <= step_s / self._step_s <= STEP_SHIFT
+        if step_s > 0:
+            self._step_s = step_s
+        if config != self._config or moved:
+            self._config, self._changed = config, now
+        if now - self._changed < SETTLE_S or now - self._sampled >= SAMPLE_INTERVAL_S:
+            self._sampled = now
             return True
         return False
 
     def note(self, config: Config) -> None:
-        """A step under ``config`` is sampled now, whatever ``due`` would say."""
-        self._last = (config, self._clock())
+        """A window under ``config`` samples now, whatever ``due`` would say: a change."""
+        self._config, self._changed = config, self._clock()
+        self._sampled = self._changed

@@ -9,7 +9,14 @@ import pytest
 
 from common.config import Config
 from common.errors import ConfigError, ControlError
-from common.stats import Observation, StatsCollector, Window, busy_time, merge_windows
+from common.stats import (
+    Observation,
+    SampleBudget,
+    StatsCollector,
+    Window,
+    busy_time,
+    merge_windows,
+)
 
 
 def _collect(rank: int = 0, num_workers: int = 2, steps: range = range(20), *,
@@ -249,3 +256,28 @@ def test_link_rate_is_of_the_steps_that_timed_the_link_and_none_when_no_step_did
     assert c.summary().bytes_per_s == pytest.approx(1000 / 0.1)
     untimed = _collect()  # no comm_s at all
     assert untimed[0].bandwidth_up == pytest.approx(8 * 10_000 / 1.0)
+
+
+def test_sample_budget_samples_every_window_while_unsettled_else_once_a_second() -> None:
+    """A change (the configuration, or a step time 1.25-fold off the last check's, as a link
+    change makes it) unsettles the job for ``SETTLE_S``: every window samples, so the tuner
+    sees the new link's rate; a settled job samples once ``SAMPLE_INTERVAL_S``."""
+    now = [0.0]
+    budget = SampleBudget(lambda: now[0])
+    config = Config()
+
+    def windows(seconds: float, step_s: float, every_s: float = 0.5) -> list[bool]:
+        out = []
+        for _ in range(round(seconds / every_s)):
+            now[0] += every_s
+            out.append(budget.due(config, step_s))
+        return out
+
+    assert windows(3.0, 0.05) == [True] * 6  # the first check is a change: 3 s unsettled
+    assert windows(3.0, 0.055) == [False, True] * 3  # settled; 10% is noise: once a second
+    assert windows(1.0, 0.1) == [True, True]  # the step time doubled: unsettled again
+    assert windows(2.0, 0.1) == [True] * 4
+    assert windows(2.0, 0.1) == [False, True] * 2
+    budget.note(config.replace(partition_bytes="64KiB"))  # a switch: unsettled from now
+    assert windows(1.0, 0.1, every_s=0.25) == [True] * 4
+    assert budget.due(config, 0.0)  # back to the first configuration (no step time: no shift)

@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+import autobyte_tf._control
 from autobyte_tf._checks import check_no_auto_jit, file_barrier, parse_tf_config
 from autobyte_tf._control import Controller, SteppedFunction, decision_lead
 from autobyte_tf._sequencer import TensorInfo
@@ -202,8 +204,9 @@ def _sampling(step_s: float, steps: int, *, workers: int = 1,
     traced: list[bool] = []
     ran: list[list[int]] = [[] for _ in controllers]
     fns = []
+    clock = types.SimpleNamespace(perf_counter=lambda: now[0])  # a step takes no time of it
     for rank, c in enumerate(controllers):
-        c._budget = SampleBudget(lambda: now[0])
+        c._budget = SampleBudget(clock.perf_counter)
 
         def build(c: Controller = c, rank: int = rank) -> Any:
             stamps = c.stamps() is not None
@@ -212,12 +215,14 @@ def _sampling(step_s: float, steps: int, *, workers: int = 1,
             return lambda: ran[rank].append(c.step) if stamps else None
 
         fns.append(SteppedFunction(c, build, lambda: 0, can_sample=lambda: True))
-    for step in range(steps):
-        now[0] += step_s
-        if step == switch_at:
-            controllers[0].reconfigure(partition_bytes=8192)
-        for fn in fns:  # in lock step: every worker's vector is in before a sum is taken
-            fn()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(autobyte_tf._control, "time", clock)
+        for step in range(steps):
+            now[0] += step_s
+            if step == switch_at:
+                controllers[0].reconfigure(partition_bytes=8192)
+            for fn in fns:  # in lock step: every worker's vector is in before a sum is taken
+                fn()
     assert all(r == ran[0] for r in ran)  # every worker ran the same traces
     return traced, ran[0]
 
@@ -231,21 +236,23 @@ def test_sampled_steps_run_a_trace_of_their_own_and_other_steps_trace_no_stamps(
     assert ran == [1, 2, 5, 9]
 
 
-def test_fast_steps_sample_about_once_a_second_on_every_worker_alike() -> None:
-    """Rank 0 asks for a sampled step in the agreement half a window ahead, at most once a
-    second; every worker runs the sampled trace at the same steps (collectives must match)."""
-    _, ran = _sampling(0.1, 32, workers=2)  # 0.4-s windows; asked at steps 2, 6, 10, ...
-    # the first window's step 1 (and 2, after its trace); then asked at step 2 (t=0.3 s),
-    # step 14 (1.5 s) and step 26 (2.7 s): windows 4-7, 16-19 and 28-31
-    assert ran == [1, 2, 5, 17, 29]
+def test_fast_steps_sample_every_window_while_unsettled_then_once_a_second_alike() -> None:
+    """Rank 0 asks for a sampled step in the agreement half a window ahead: every window for
+    ``SETTLE_S`` after a change (here the job's start, its first ask at step 2, t=0.3 s), then
+    once a second; every worker runs the sampled trace at the same steps (collectives must
+    match)."""
+    _, ran = _sampling(0.1, 64, workers=2)  # 0.4-s windows; asked at steps 2, 6, 10, ...
+    # step 1 (and 2, after its trace); windows to 32-35 (asked at t=3.1 s); then asked at
+    # steps 42 (t=4.3 s) and 54 (5.5 s): windows 44-47 and 56-59
+    assert ran == [1, 2, 5, 9, 13, 17, 21, 25, 29, 33, 45, 57]
 
 
-def test_the_window_a_new_configuration_begins_samples_and_the_budget_restarts() -> None:
-    # 0.5-s windows: asked at step 2 (t=0.375 s); the switch asked at step 5 is agreed at step
-    # 6 and in force from step 8, whose window samples (step 9 traces, so step 10 too); the
-    # next ask is the first a second after the switch (t=1.125 s): step 18, for window 20-23
-    traced, ran = _sampling(0.125, 24, switch_at=5)
-    assert ran == [1, 2, 5, 9, 10, 21]
+def test_the_window_a_new_configuration_begins_samples_and_settles_again() -> None:
+    # 0.5-s windows; the switch asked at step 5 is agreed at step 6 and in force from step 8
+    # (t=1.125 s), whose window samples (step 9 traces, so step 10 too), as does every window
+    # asked for within 3 s of it (to window 32-35); then one a second: window 40-43
+    traced, ran = _sampling(0.125, 48, switch_at=5)
+    assert ran == [1, 2, 5, 9, 10, 13, 17, 21, 25, 29, 33, 41]
     assert traced == [False, True, False, True]  # each plan: a plain and a sampled trace
     plain = Controller(config=Config(window_steps=4), rank=0, workers=1, bandwidth=1e9,
                        broadcast=lambda v: lambda: v)
