@@ -91,8 +91,7 @@ class Controller:
         self._broadcast = broadcast
         self._inflight: tuple[Callable[[], Vector], tuple[TensorInfo, ...] | None] | None = None
         self._sample_every = sample_every  # None: as the agreement says, once a window at most
-        self._budget = SampleBudget()  # rank 0's
-        self._budget.note(config)
+        self._budget = SampleBudget()  # rank 0's; its first check is a change (the start)
         self._sample_window = True  # this window samples (the job's first does)
         self._recent = [0.0, 0]  # seconds and count of the steps since the budget's check
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
