@@ -22,7 +22,7 @@ __all__ = ["SAMPLE_INTERVAL_S", "SETTLE_S", "STEP_SHIFT", "SampleBudget"]
 
 SAMPLE_INTERVAL_S = 1.0  # a settled job: at most one sampled step a second
 SETTLE_S = 3.0  # every window samples this long after a change
-STEP_SHIFT = 1.25  # a step time this many times off the last check's is a change
+STEP_SHIFT = 1.5  # a step time this many times off the last check's is a change
 
 
 class SampleBudget:

@@ -259,7 +259,7 @@ def test_link_rate_is_of_the_steps_that_timed_the_link_and_none_when_no_step_did
 
 
 def test_sample_budget_samples_every_window_while_unsettled_else_once_a_second() -> None:
-    """A change (the configuration, or a step time 1.25-fold off the last check's, as a link
+    """A change (the configuration, or a step time 1.5-fold off the last check's, as a link
     change makes it) unsettles the job for ``SETTLE_S``: every window samples, so the tuner
     sees the new link's rate; a settled job samples once ``SAMPLE_INTERVAL_S``."""
     now = [0.0]
