@@ -4,11 +4,11 @@ decisions come back through the step agreement (``_control``).
 ``Tuning.step`` runs on the training thread once per finished step, so it does a few
 attribute reads and one ``record_step``. Per-tensor timing (an engine callback when each
 gradient is ready, and with scheduling off one when each transfer ends) runs only on sampled
-steps: the last step of a window, when ``common.stats.SampleBudget`` allows (every window
-while the job is unsettled, else at most one a second). Windows without one carry no layer
-times, and on the native path no link rate: the tuner keeps the last ones it saw. A worker
-decides alone, since nothing it sends depends on it; deciding at the window's last step, it
-sees a change within the window itself.
+steps: the last step of a window, when ``common.stats.SampleBudget`` allows (when the
+configuration is new or the step time moved, else at most one a second). Windows without one
+carry no layer times, and on the native path no link rate: the tuner keeps the last ones it
+saw. A worker decides alone, since nothing it sends depends on it; deciding at the window's
+last step, it sees a change within the window itself.
 
 The configuration a step ran with travels with the step, so the agent is told about a switch
 exactly when the first step of the new configuration is fed: steps finish (all their blocks
@@ -69,7 +69,7 @@ class Tuning:
         self._config = config
         self._link_factor = link_factor  # common.stats.comm_factor of the job
         self._sample_every = sample_every  # None: a window's last step, time permitting
-        self._budget = SampleBudget(clock)
+        self._budget = SampleBudget(clock=clock)  # deciding in the window itself: no settling
         self._decided = (0, False)  # (step, sampled) of the latest step asked about
         self._recent = [0.0, 0]  # seconds and count of the steps fed since the budget's check
         self._index: dict[str, int] = {}

@@ -39,7 +39,14 @@ from autobyte_tf._stats import ReadyTimes
 from common.agreement import Agreement, vector_length
 from common.config import Config
 from common.control import TuningAgent
-from common.stats import SampleBudget, backward_times, layers_by_rank, per_layer, ring_bytes
+from common.stats import (
+    AHEAD_SETTLE_S,
+    SampleBudget,
+    backward_times,
+    layers_by_rank,
+    per_layer,
+    ring_bytes,
+)
 
 __all__ = ["Controller", "SteppedFunction", "decision_lead"]
 
@@ -91,7 +98,8 @@ class Controller:
         self._broadcast = broadcast
         self._inflight: tuple[Callable[[], Vector], tuple[TensorInfo, ...] | None] | None = None
         self._sample_every = sample_every  # None: as the agreement says, once a window at most
-        self._budget = SampleBudget()  # rank 0's; its first check is a change (the start)
+        # rank 0's, deciding half a window ahead; its first check is a change (the start)
+        self._budget = SampleBudget(settle_s=AHEAD_SETTLE_S)
         self._sample_window = True  # this window samples (the job's first does)
         self._recent = [0.0, 0]  # seconds and count of the steps since the budget's check
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}

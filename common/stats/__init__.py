@@ -22,15 +22,15 @@ from common.stats._layers import (
     ring_bytes,
 )
 from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
-from common.stats._sampling import SAMPLE_INTERVAL_S, SETTLE_S, STEP_SHIFT, SampleBudget
+from common.stats._sampling import AHEAD_SETTLE_S, SAMPLE_INTERVAL_S, STEP_SHIFT, SampleBudget
 from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
 
 __all__ = [
+    "AHEAD_SETTLE_S",
     "ARCHITECTURES",
     "OBSERVATION_VERSION",
     "SAMPLE_INTERVAL_S",
-    "SETTLE_S",
     "STEP_SHIFT",
     "WINDOW_SCHEMA",
     "WINDOW_VERSION",

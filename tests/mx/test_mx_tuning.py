@@ -91,11 +91,11 @@ def test_feed_step_time_is_between_completions_and_switches_follow_the_steps() -
     assert agent.calls[-1][1][2] == 0.001
 
 
-def test_a_window_last_step_is_sampled_every_window_when_unsettled_else_once_a_second() -> None:
+def test_a_window_last_step_is_sampled_under_a_new_configuration_else_once_a_second() -> None:
     """Per-tensor timing costs milliseconds a sampled step whatever the step's length: by
-    default a window's last step (the first window, steps 1-9, has one too), every window for
-    ``SETTLE_S`` after the configuration changed, else once a second; every ``sample_every``
-    steps when the caller says."""
+    default a window's last step (the first window, steps 1-9, has one too) when the
+    configuration is new, else once a second; every ``sample_every`` steps when the caller
+    says."""
     now = [0.0]
     tuning = Tuning(RecordingAgent(), Config(tuner="none", window_steps=10),
                     clock=lambda: now[0])
@@ -115,9 +115,8 @@ def test_a_window_last_step_is_sampled_every_window_when_unsettled_else_once_a_s
     assert sampled(range(1, 40), 0.5) == [9, 19, 29, 39]  # 5 s windows: every one
     assert sampled(range(40, 100), 0.04) == [69, 99]  # 0.4 s windows: once a second
     other = config.replace(partition_bytes="64KiB")
-    # new: every window for 3 s (steps 109-179), then once a second
-    assert sampled(range(100, 230), 0.04, other) == [109, 119, 129, 139, 149, 159, 169, 179,
-                                                     209]
+    # new: at once, then once a second
+    assert sampled(range(100, 230), 0.04, other) == [109, 139, 169, 199, 229]
     fixed = Tuning(RecordingAgent(), Config(tuner="none"), sample_every=3)
     assert [s for s in range(1, 7) if fixed.sampled(s, config)] == [2, 5]
     for bad in (0, 2.5, True, "2"):

@@ -10,6 +10,7 @@ import pytest
 from common.config import Config
 from common.errors import ConfigError, ControlError
 from common.stats import (
+    AHEAD_SETTLE_S,
     Observation,
     SampleBudget,
     StatsCollector,
@@ -258,12 +259,13 @@ def test_link_rate_is_of_the_steps_that_timed_the_link_and_none_when_no_step_did
     assert untimed[0].bandwidth_up == pytest.approx(8 * 10_000 / 1.0)
 
 
-def test_sample_budget_samples_every_window_while_unsettled_else_once_a_second() -> None:
+def test_sample_budget_samples_at_a_change_and_while_settling_else_once_a_second() -> None:
     """A change (the configuration, or a step time 1.5-fold off the last check's, as a link
-    change makes it) unsettles the job for ``SETTLE_S``: every window samples, so the tuner
-    sees the new link's rate; a settled job samples once ``SAMPLE_INTERVAL_S``."""
+    change makes it) samples, and with ``settle_s`` (an adapter deciding a window ahead) every
+    window that long after it, so the tuner sees the new link's rate; else once
+    ``SAMPLE_INTERVAL_S``."""
     now = [0.0]
-    budget = SampleBudget(lambda: now[0])
+    budget = SampleBudget(settle_s=AHEAD_SETTLE_S, clock=lambda: now[0])
     config = Config()
 
     def windows(seconds: float, step_s: float, every_s: float = 0.5) -> list[bool]:
@@ -274,10 +276,17 @@ def test_sample_budget_samples_every_window_while_unsettled_else_once_a_second()
         return out
 
     assert windows(3.0, 0.05) == [True] * 6  # the first check is a change: 3 s unsettled
-    assert windows(3.0, 0.055) == [False, True] * 3  # settled; 10% is noise: once a second
-    assert windows(1.0, 0.1) == [True, True]  # the step time doubled: unsettled again
+    # 3.0 s after the change still settles, then once a second (10% is noise, not a change)
+    assert windows(3.0, 0.055) == [True, False] * 3
+    assert windows(1.0, 0.1) == [True, True]  # the step time doubled: settling again
     assert windows(2.0, 0.1) == [True] * 4
-    assert windows(2.0, 0.1) == [False, True] * 2
+    assert windows(2.0, 0.1) == [True, False] * 2
     budget.note(config.replace(partition_bytes="64KiB"))  # a switch: unsettled from now
     assert windows(1.0, 0.1, every_s=0.25) == [True] * 4
     assert budget.due(config, 0.0)  # back to the first configuration (no step time: no shift)
+    within = SampleBudget(clock=lambda: now[0])  # deciding in the window itself: no settling
+    checks = []
+    for step_s in (0.05, 0.05, 0.05, 0.05, 0.1, 0.1, 0.1, 0.1):
+        now[0] += 0.5
+        checks.append(within.due(config, step_s))
+    assert checks == [True, False, True, False, True, False, True, False]

@@ -24,7 +24,7 @@ from common.agreement import Agreement
 from common.config import Config
 from common.control import Decision, TuningAgent, TuningLoop
 from common.errors import ConfigError
-from common.stats import SampleBudget, Window, ring_bytes
+from common.stats import AHEAD_SETTLE_S, SampleBudget, Window, ring_bytes
 from common.testing import peers_agree
 from common.testing.tuners import ScriptedTuner
 from common.trigger import ThresholdTrigger
@@ -206,7 +206,7 @@ def _sampling(step_s: float, steps: int, *, workers: int = 1,
     fns = []
     clock = types.SimpleNamespace(perf_counter=lambda: now[0])  # a step takes no time of it
     for rank, c in enumerate(controllers):
-        c._budget = SampleBudget(clock.perf_counter)
+        c._budget = SampleBudget(settle_s=AHEAD_SETTLE_S, clock=clock.perf_counter)
 
         def build(c: Controller = c, rank: int = rank) -> Any:
             stamps = c.stamps() is not None
