@@ -372,8 +372,9 @@ def test_cnn_two_servers_string_kvstore_and_api_checks(tmp_path: Path,
     assert "update_on_kvstore=False" in errors["set_optimizer"]
     sampled = [s for s in summary["steps"] if s["grad_ready_s"]]  # timed per tensor
     assert sampled[0]["step"] == 1  # the first window's last step: always (steps count from 1)
-    assert {s["step"] % 2 for s in sampled} == {1}  # then at most one a second, odd steps
-    assert all(len(s["grad_ready_s"]) == 8 for s in sampled)  # 4 layers x (weight, bias)
+    assert len(sampled[0]["grad_ready_s"]) == 8  # 4 layers x (weight, bias)
+    # then when the step time moves or a second passes (timing decides which): odd steps
+    assert {s["step"] % 2 for s in sampled} == {1}
     for step in summary["steps"][1:]:  # the batch size is known from the second step
         assert step["bytes_up"] == step["bytes_down"] > 0
         assert step["samples"] == 16 and step["samples_per_s"] > 0
