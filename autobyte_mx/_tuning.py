@@ -56,7 +56,7 @@ class Tuning:
     """One kvstore's link to its ``TuningAgent`` (see the module docstring)."""
 
     __slots__ = ("_agent", "_budget", "_config", "_decided", "_index", "_last", "_layers",
-                 "_link_factor", "_recent", "_sample_every", "_signature")
+                 "_link_factor", "_sample_every", "_signature")
 
     def __init__(self, agent: AgentLike, config: Config, *,
                  sample_every: int | None = None, link_factor: float = 1.0,
@@ -71,7 +71,6 @@ class Tuning:
         self._sample_every = sample_every  # None: a window's last step, time permitting
         self._budget = SampleBudget(clock=clock)  # deciding in the window itself: no settling
         self._decided = (0, False)  # (step, sampled) of the latest step asked about
-        self._recent = [0.0, 0]  # seconds and count of the steps fed since the budget's check
         self._index: dict[str, int] = {}
         self._layers = 0
         self._signature: tuple[tuple[str, int], ...] = ()
@@ -93,9 +92,7 @@ class Tuning:
         every = self._sample_every or config.window_steps
         sample = step % every == every - 1
         if sample and self._sample_every is None:
-            seconds, count = self._recent
-            self._recent = [0.0, 0]
-            sample = self._budget.due(config, seconds / count if count else 0.0)
+            sample = self._budget.due(config)
         self._decided = (step, sample)
         return sample
 
@@ -133,8 +130,7 @@ class Tuning:
             duration_s = done - last[1]
         else:
             duration_s = issue_s
-        self._recent[0] += duration_s
-        self._recent[1] += 1
+        self._budget.stepped(duration_s)
         if config is not self._config and config != self._config:
             self._config = config
             self._agent.set_config(config, step=step)

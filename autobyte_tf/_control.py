@@ -101,7 +101,6 @@ class Controller:
         # rank 0's, deciding half a window ahead; its first check is a change (the start)
         self._budget = SampleBudget(settle_s=AHEAD_SETTLE_S)
         self._sample_window = True  # this window samples (the job's first does)
-        self._recent = [0.0, 0]  # seconds and count of the steps since the budget's check
         self._plans: dict[tuple[tuple[TensorInfo, ...], bool], Plan] = {}
         self._times: dict[tuple[TensorInfo, ...], tuple[float, ...]] = {}
         self._main: tuple[TensorInfo, ...] | None = None
@@ -226,8 +225,7 @@ class Controller:
         self._resample = step.sample and traced  # a tracing step's times are not steady state
         layer_times, busy = None, 0.0
         if not traced:
-            self._recent[0] += seconds
-            self._recent[1] += 1
+            self._budget.stepped(seconds)
         measured = self._stamps.measured(self._main) \
             if step.sample and not traced and self._main is not None else None
         if measured is not None:
@@ -264,10 +262,8 @@ class Controller:
                 main is not None:
             payload = [round(t * 1e6) for t in self._local_times]  # microseconds
             self._times_sent = True
-        seconds, count = self._recent
-        self._recent = [0.0, 0]
         sample = self.rank == 0 and self._sample_every is None and \
-            self._budget.due(self.config, seconds / count if count else 0.0)
+            self._budget.due(self.config)
         vector = np.array(self._agreement.vector(
             self.step, due_at=due_at, payload=payload,
             payload_len=0 if main is None else len(main), sample=sample), dtype=np.float64)

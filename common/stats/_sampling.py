@@ -31,22 +31,31 @@ STEP_SHIFT = 1.5  # a step time this many times off the last check's is a change
 class SampleBudget:
     """Says, once a window, whether the window samples a step (and notes it if so)."""
 
-    __slots__ = ("_changed", "_clock", "_config", "_sampled", "_step_s", "settle_s")
+    __slots__ = ("_changed", "_clock", "_config", "_recent", "_sampled", "_step_s", "settle_s")
 
     def __init__(self, *, settle_s: float = 0.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.settle_s = settle_s
         self._clock = clock
         self._config: Config | None = None
-        self._step_s = 0.0  # the step time the last check saw
+        self._recent = [0.0, 0]  # seconds and count of the steps since the last check
+        self._step_s = 0.0  # the mean step time the last check saw
         self._changed = self._sampled = float("-inf")  # when
 
-    def due(self, config: Config, step_s: float = 0.0) -> bool:
-        """The window about to run under ``config``, whose recent steps took ``step_s`` each
-        (0: unknown), samples a step: at a change (the configuration, or the step time
-        ``STEP_SHIFT``-fold off the last check's) and ``settle_s`` after it, else
-        ``SAMPLE_INTERVAL_S`` after the last sampled one."""
+    def stepped(self, seconds: float) -> None:
+        """A step took ``seconds`` (steady state: not a trace)."""
+        self._recent[0] += seconds
+        self._recent[1] += 1
+
+    def due(self, config: Config) -> bool:
+        """The window about to run under ``config`` samples a step: at a change (the
+        configuration, or the mean step time since the last check ``STEP_SHIFT``-fold off the
+        one before) and ``settle_s`` after it, else ``SAMPLE_INTERVAL_S`` after the last
+        sampled one."""
         now = self._clock()
+        seconds, count = self._recent
+        self._recent = [0.0, 0]
+        step_s = seconds / count if count else 0.0
         moved = step_s > 0 and self._step_s > 0 and \
             not 1 / STEP_SHIFT <= step_s / self._step_s <= STEP_SHIFT
         if step_s > 0:

@@ -272,7 +272,8 @@ def test_sample_budget_samples_at_a_change_and_while_settling_else_once_a_second
         out = []
         for _ in range(round(seconds / every_s)):
             now[0] += every_s
-            out.append(budget.due(config, step_s))
+            budget.stepped(step_s)
+            out.append(budget.due(config))
         return out
 
     assert windows(3.0, 0.05) == [True] * 6  # the first check is a change: 3 s unsettled
@@ -283,10 +284,11 @@ def test_sample_budget_samples_at_a_change_and_while_settling_else_once_a_second
     assert windows(2.0, 0.1) == [True, False] * 2
     budget.note(config.replace(partition_bytes="64KiB"))  # a switch: unsettled from now
     assert windows(1.0, 0.1, every_s=0.25) == [True] * 4
-    assert budget.due(config, 0.0)  # back to the first configuration (no step time: no shift)
+    assert budget.due(config)  # back to the first configuration (no step time: no shift)
     within = SampleBudget(clock=lambda: now[0])  # deciding in the window itself: no settling
     checks = []
     for step_s in (0.05, 0.05, 0.05, 0.05, 0.1, 0.1, 0.1, 0.1):
         now[0] += 0.5
-        checks.append(within.due(config, step_s))
+        within.stepped(step_s)
+        checks.append(within.due(config))
     assert checks == [True, False, True, False, True, False, True, False]
