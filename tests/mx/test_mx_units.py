@@ -30,6 +30,7 @@ from autobyte_mx._layout import (  # noqa: E402
     Tensor,
     block_name,
     pins_for,
+    same,
     server_of,
 )
 from autobyte_mx._sequencer import Round, Sequencer  # noqa: E402
@@ -227,6 +228,17 @@ def test_host_view_writes_while_the_cpu_worker_is_busy() -> None:
     assert control.asnumpy().tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(ValueError, match="allocated"):
         _engine.host_view(mx.nd.empty((0,)))
+
+
+def test_same_arrays_are_the_very_objects_device_by_device() -> None:
+    """What the per-step caches (checked gradients, views, prepared calls) are keyed on: the
+    same array objects in the same order, not equal values."""
+    a, b = mx.nd.zeros((2,)), mx.nd.zeros((2,))
+    assert same((a,), [a]) and same([a, b], (a, b))
+    assert not same((a,), [b])  # equal values, another array
+    assert not same([a, b], [a, a]) and not same([a, b], [b, a])
+    assert not same([a], [a, b]) and not same([a, b], [a])
+    assert same((), [])
 
 
 def test_prepared_pushpull_sums_like_the_store_and_follows_new_arrays() -> None:
