@@ -31,21 +31,22 @@ STEP_SHIFT = 1.5  # a step time this many times off the last check's is a change
 class SampleBudget:
     """Says, once a window, whether the window samples a step (and notes it if so)."""
 
-    __slots__ = ("_changed", "_clock", "_config", "_recent", "_sampled", "_step_s", "settle_s")
+    __slots__ = ("_changed", "_clock", "_config", "_count", "_sampled", "_seconds", "_step_s",
+                 "settle_s")
 
     def __init__(self, *, settle_s: float = 0.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.settle_s = settle_s
         self._clock = clock
         self._config: Config | None = None
-        self._recent = [0.0, 0]  # seconds and count of the steps since the last check
+        self._seconds, self._count = 0.0, 0  # of the steps since the last check
         self._step_s = 0.0  # the mean step time the last check saw
         self._changed = self._sampled = float("-inf")  # when
 
     def stepped(self, seconds: float) -> None:
         """A step took ``seconds`` (steady state: not a trace)."""
-        self._recent[0] += seconds
-        self._recent[1] += 1
+        self._seconds += seconds
+        self._count += 1
 
     def due(self, config: Config) -> bool:
         """The window about to run under ``config`` samples a step: at a change (the
@@ -53,9 +54,8 @@ class SampleBudget:
         one before) and ``settle_s`` after it, else ``SAMPLE_INTERVAL_S`` after the last
         sampled one."""
         now = self._clock()
-        seconds, count = self._recent
-        self._recent = [0.0, 0]
-        step_s = seconds / count if count else 0.0
+        step_s = self._seconds / self._count if self._count else 0.0
+        self._seconds, self._count = 0.0, 0
         moved = step_s > 0 and self._step_s > 0 and \
             not 1 / STEP_SHIFT <= step_s / self._step_s <= STEP_SHIFT
         if step_s > 0:

@@ -158,9 +158,9 @@ def emulate_two_bit(trainer: gluon.Trainer, threshold: np.float32) -> None:
     Trainer calls) refuses it, and with a push and a separate pull into another array native
     ``dist_sync`` gave another result in about 1 run of 7 under CPU contention with 2 servers
     (this emulation too, before it used pushpull: 2 of 14 runs; AutoByte's push and pull of
-    one buffer: 0 of 14), and a pushpull into the gradients, not the array pushed, once in a
-    CI run with one server (AutoByte's jobs gave the result 12 other runs of it gave). So the
-    sum comes back into the array pushed, as AutoByte's does, and is copied from there."""
+    one buffer: 0 of 14), and a pushpull into the gradients, not the array pushed, also with
+    one server. So the sum comes back into the array pushed, as AutoByte's does, and is copied
+    from there."""
     residuals: dict[int, np.ndarray] = {}
 
     def allreduce_grads() -> None:

@@ -204,7 +204,7 @@ def _sampling(step_s: float, steps: int, *, workers: int = 1,
     traced: list[bool] = []
     ran: list[list[int]] = [[] for _ in controllers]
     fns = []
-    clock = types.SimpleNamespace(perf_counter=lambda: now[0])  # a step takes no time of it
+    clock = types.SimpleNamespace(perf_counter=lambda: now[0])  # steps take only step_s
     for rank, c in enumerate(controllers):
         c._budget = SampleBudget(settle_s=AHEAD_SETTLE_S, clock=clock.perf_counter)
 
@@ -238,7 +238,7 @@ def test_sampled_steps_run_a_trace_of_their_own_and_other_steps_trace_no_stamps(
 
 def test_fast_steps_sample_every_window_while_unsettled_then_once_a_second_alike() -> None:
     """Rank 0 asks for a sampled step in the agreement half a window ahead: every window for
-    ``SETTLE_S`` after a change (here the job's start, its first ask at step 2, t=0.3 s), then
+    ``AHEAD_SETTLE_S`` after a change (here the job's start, its first ask at step 2, t=0.3 s), then
     once a second; every worker runs the sampled trace at the same steps (collectives must
     match)."""
     _, ran = _sampling(0.1, 64, workers=2)  # 0.4-s windows; asked at steps 2, 6, 10, ...
