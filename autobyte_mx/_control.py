@@ -177,7 +177,7 @@ class Controller:
                 self._backward_s = max(rec.ready.values()) - min(rec.ready.values())
             self._tuning.step(rec.step, rec.config, done=rec.done, issue_s=rec.duration_s,
                               samples=rec.samples, ready=rec.ready, nbytes=rec.nbytes,
-                              comm_s=rec.comm_s, intervals=rec.intervals if rec.raw else None)
+                              comm_s=rec.comm_s)
         self._recorder.add_cost(clock() - t0)
 
     def _layer_tensors(self) -> list[tuple[str, int]]:

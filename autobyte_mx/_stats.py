@@ -104,11 +104,6 @@ class _Open:
     def comm_s(self) -> float:
         return busy_time((r[5], r[6]) for r in self.raw)
 
-    @property
-    def intervals(self) -> list[tuple[float, float]]:
-        """Each block's (start, done), by block name and index: every worker's same order."""
-        return [(r[5], r[6]) for r in sorted(self.raw, key=lambda r: (r[0], r[1]))]
-
 
 class StepRecorder:
     """Collects raw timings per step; ``drain`` returns the steps that are complete."""

@@ -47,7 +47,6 @@ class AgentLike(Protocol):
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
                     bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
-                    link_intervals: Sequence[tuple[float, float]] | None = None,
                     warmup: bool = False) -> None: ...
 
     def set_config(self, config: Config, *, step: int) -> None: ...
@@ -113,8 +112,7 @@ class Tuning:
 
     def step(self, step: int, config: Config, *, done: float, issue_s: float,
              samples: int | None, ready: Mapping[str, float], nbytes: int,
-             comm_s: float = 0.0,
-             intervals: Sequence[tuple[float, float]] | None = None) -> None:
+             comm_s: float = 0.0) -> None:
         """One finished step: ``done`` is when its last block finished (clock seconds, 0 when
         it had none), ``issue_s`` the Python time between its first pushpull and the next
         step's (used only without two consecutive completions), ``ready`` maps tensor names to
@@ -123,8 +121,6 @@ class Tuning:
         transfer intervals), from which the agent's windows take their bandwidth: ``nbytes``
         times ``link_factor`` (``common.stats.comm_factor``: every worker's push crosses a
         server's link) over ``comm_s``, the rate of the link the transfers waited for.
-        ``intervals``: the blocks' (start, done), for the coordinator to align across workers
-        (``common.stats.align_busy``).
 
         Without a batch size (plain kvstore use, no Trainer) a step counts as one sample, so
         the tuner compares steps per second.
@@ -143,8 +139,7 @@ class Tuning:
             layer_times = self.layer_times(ready)
         link_bytes = round(nbytes * self._link_factor)  # what the servers' links carry
         self._agent.record_step(step, samples or 1, duration_s, layer_backward_s=layer_times,
-                                bytes_up=link_bytes, bytes_down=link_bytes, comm_s=comm_s,
-                                link_intervals=intervals)
+                                bytes_up=link_bytes, bytes_down=link_bytes, comm_s=comm_s)
 
     def layer_times(self, ready: Mapping[str, float]) -> npt.NDArray[np.float64] | None:
         """Backward seconds per layer, or None when some layer has no ready time this step

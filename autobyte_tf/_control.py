@@ -43,7 +43,6 @@ from common.stats import (
     AHEAD_SETTLE_S,
     SampleBudget,
     backward_times,
-    busy_time,
     layers_by_rank,
     per_layer,
     ring_bytes,
@@ -224,14 +223,13 @@ class Controller:
     def end(self, step: _Step, seconds: float, samples: int) -> None:
         traced = self._traced
         self._resample = step.sample and traced  # a tracing step's times are not steady state
-        layer_times, runs, busy = None, None, 0.0
+        layer_times, busy = None, 0.0
         if not traced:
             self._budget.stepped(seconds)
         measured = self._stamps.measured(self._main) \
             if step.sample and not traced and self._main is not None else None
         if measured is not None:
-            relative, runs = measured
-            busy = busy_time(runs)
+            relative, busy = measured
             layer_times = self._local_times = tuple(backward_times(relative, from_start=True))
         if self.agent is not None:
             if layer_times is not None:
@@ -241,8 +239,7 @@ class Controller:
             self.agent.record_step(self.step, samples, seconds, layer_backward_s=layer_times,
                                    bytes_up=0 if traced else self._wire_bytes,
                                    bytes_down=0 if traced else self._wire_bytes,
-                                   comm_s=min(busy, seconds), link_intervals=runs,
-                                   warmup=traced)
+                                   comm_s=min(busy, seconds), warmup=traced)
         self.step += 1
 
     def _take(self) -> bool:

@@ -15,6 +15,8 @@ import math
 import threading
 from collections.abc import Sequence
 
+from common.stats import busy_time
+
 __all__ = ["ReadyTimes"]
 
 Call = tuple[object, ...]  # the tensors of one all-reduce call, as traced
@@ -50,20 +52,18 @@ class ReadyTimes:
         with self._lock:
             self._done.setdefault(call, []).append((tensors, when))
 
-    def measured(self, call: Call) -> tuple[list[float], list[tuple[float, float]]] | None:
-        """``call``'s ready times since the step began and the (start, done) of each of its
-        stamped runs of collectives, in the runs' order in the plan (the same on every
-        worker), if every gradient of it was stamped."""
+    def measured(self, call: Call) -> tuple[list[float], float] | None:
+        """``call``'s ready times since the step began and the link's busy time in it, if
+        every gradient of it was stamped."""
         ready = self._ready.get(call)
         if ready is None or math.isnan(self._start) or any(math.isnan(x) for x in ready):
             return None
-        return [x - self._start for x in ready], _runs(ready, self._done.get(call, ()))
+        return [x - self._start for x in ready], _busy_s(ready, self._done.get(call, ()))
 
 
-def _runs(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]
-          ) -> list[tuple[float, float]]:
-    """Each stamped run of collectives from the last of its gradients ready to its result
-    here; the link was busy for their union (``common.stats.busy_time``)."""
-    runs = sorted((tensors, when) for tensors, when in done if tensors)
-    starts = ((max(ready[i] for i in tensors), when) for tensors, when in runs)
-    return [(start, max(start, when)) for start, when in starts]
+def _busy_s(ready: list[float], done: Sequence[tuple[tuple[int, ...], float]]) -> float:
+    """The time a step's link was busy: the union of the intervals of its stamped runs of
+    collectives, from the last gradient of a run's first collective ready to the run's result
+    there (0 when none was stamped)."""
+    starts = ((max(ready[i] for i in tensors), when) for tensors, when in done if tensors)
+    return busy_time((start, max(start, when)) for start, when in starts)

@@ -206,16 +206,13 @@ class TuningAgent:
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
                     bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
-                    link_intervals: Sequence[tuple[float, float]] | None = None,
                     warmup: bool = False) -> None:
         """Every step, on the training thread; costs microseconds (benchmarks/stats_bench.py).
-        ``warmup``: the step traced or compiled; it is counted apart from the speed.
-        ``link_intervals``: ``common.stats.StatsCollector.record_step``'s."""
+        ``warmup``: the step traced or compiled; it is counted apart from the speed."""
         self.last_step = step
         self._collector.record_step(step, samples, step_time_s,
                                     layer_backward_s=layer_backward_s, bytes_up=bytes_up,
-                                    bytes_down=bytes_down, comm_s=comm_s,
-                                    link_intervals=link_intervals, warmup=warmup)
+                                    bytes_down=bytes_down, comm_s=comm_s, warmup=warmup)
 
     def poll(self) -> Decision | None:
         """The newest decision not returned before, or None. Never blocks."""

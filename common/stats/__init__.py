@@ -21,12 +21,7 @@ from common.stats._layers import (
     per_layer,
     ring_bytes,
 )
-from common.stats._observation import (
-    OBSERVATION_VERSION,
-    Observation,
-    align_busy,
-    merge_windows,
-)
+from common.stats._observation import OBSERVATION_VERSION, Observation, merge_windows
 from common.stats._sampling import AHEAD_SETTLE_S, SAMPLE_INTERVAL_S, STEP_SHIFT, SampleBudget
 from common.stats._summary import TrainingStats
 from common.stats._window import ARCHITECTURES, WINDOW_SCHEMA, WINDOW_VERSION, Window
@@ -44,7 +39,6 @@ __all__ = [
     "StatsCollector",
     "TrainingStats",
     "Window",
-    "align_busy",
     "backward_times",
     "busy_time",
     "comm_factor",

@@ -36,9 +36,9 @@ class StatsCollector:
     __slots__ = (
         "_arch", "_bucket", "_bytes_down", "_bytes_up", "_comm_s", "_config", "_elapsed",
         "_end_step", "_first", "_last", "_last_layers", "_last_window", "_layer_bytes",
-        "_layer_steps", "_layer_sum", "_link", "_links_timed", "_max", "_min", "_model",
-        "_num_workers", "_on_window", "_rank", "_samples", "_steps", "_timed_down", "_timed_up",
-        "_totals", "_wall", "_warm", "_warm_s", "_warmup_left", "_window_steps",
+        "_layer_steps", "_layer_sum", "_links_timed", "_max", "_min", "_model", "_num_workers",
+        "_on_window", "_rank", "_samples", "_steps", "_timed_down", "_timed_up", "_totals",
+        "_wall", "_warm", "_warm_s", "_warmup_left", "_window_steps",
         "warmup_after_change",
     )
 
@@ -58,7 +58,6 @@ class StatsCollector:
     _timed_down: int
     _layer_steps: int
     _wall: float
-    _link: tuple[int, Sequence[tuple[float, float]], int, int]  # the last step timing its link
 
     def __init__(self, *, rank: int, num_workers: int, config: Config, model: str = "unknown",
                  arch: str = "allreduce", window_steps: int | None = None,
@@ -122,15 +121,12 @@ class StatsCollector:
     def record_step(self, step: int, samples: int, step_time_s: float, *,
                     layer_backward_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
                     bytes_up: int = 0, bytes_down: int = 0, comm_s: float = 0.0,
-                    link_intervals: Sequence[tuple[float, float]] | None = None,
                     warmup: bool = False) -> None:
         """One finished step on this worker. Cheap: a few additions, no allocation.
 
         layer_backward_s: backward time per layer in forward order, on steps the adapter
             sampled (None otherwise). bytes_up/bytes_down: bytes this worker sent/received
             in the step. comm_s: time its links were busy, if known (gives truer B_u/B_d).
-        link_intervals: the (start, done) of each transfer comm_s is the union of, in an
-            order every worker shares, so the coordinator can align them (``align_busy``).
         warmup: the adapter knows this step is not steady state (it traced or compiled):
             counted apart like the warm-up after a change, left out of the speed.
         """
@@ -166,8 +162,6 @@ class StatsCollector:
             self._timed_up += bytes_up
             self._timed_down += bytes_down
             self._links_timed = True
-            if link_intervals:
-                self._link = (step, link_intervals, bytes_up, bytes_down)
         if layer_backward_s is not None:
             if len(layer_backward_s) != self._layer_sum.shape[0]:
                 self._layer_sum = np.zeros(len(layer_backward_s))
@@ -245,8 +239,6 @@ class StatsCollector:
             layer_backward_s=layer_times, layer_steps=self._layer_steps,
             layer_bytes=tuple(self._layer_bytes), wall_time=self._wall,
             warmup_s=self._warm_s, end_step=self._end_step,
-            link_step=self._link[0], link_intervals=_flat(self._link[1]),
-            link_bytes=self._link[2:],
         )
 
     def _reset(self) -> None:
@@ -258,15 +250,6 @@ class StatsCollector:
         self._layer_sum[:] = 0.0
         self._layer_steps = 0
         self._wall = 0.0
-        self._link = (-1, (), 0, 0)
-
-
-def _flat(intervals: Sequence[tuple[float, float]]) -> tuple[float, ...]:
-    """(start, done) pairs as one flat tuple, from the earliest start, to 0.1 us (short JSON)."""
-    if not intervals:
-        return ()
-    origin = min(start for start, _ in intervals)
-    return tuple(round(t - origin, 7) for pair in intervals for t in pair)
 
 
 def busy_time(intervals: Iterable[tuple[float, float]]) -> float:

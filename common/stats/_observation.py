@@ -11,14 +11,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from common.config import Config
 from common.errors import ControlError
-from common.stats._collector import busy_time
 from common.stats._window import Window
 
-__all__ = ["OBSERVATION_VERSION", "Observation", "align_busy", "merge_windows"]
+__all__ = ["OBSERVATION_VERSION", "Observation", "merge_windows"]
 
 OBSERVATION_VERSION = 1
 
@@ -34,8 +31,6 @@ class Observation:
     of the speed (the first after a switch: a retrace, new buffers) and the time they took, of
     the slowest worker: what the switch into this window cost beyond steady-state steps.
     end_step: the step the job ends at (0: no worker knows).
-    busy_factor: per worker, how many times longer its own busy time was than the link's in
-        the step the rates come from (``align_busy``; empty when not aligned).
     """
 
     window: int
@@ -58,7 +53,6 @@ class Observation:
     warmup_steps: int = 0
     warmup_s: float = 0.0
     end_step: int = 0
-    busy_factor: tuple[float, ...] = ()
 
     @property
     def speed(self) -> float:
@@ -88,7 +82,7 @@ class Observation:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["config"] = self.config.to_dict()
         for name in ("ranks", "speed_per_worker", "bandwidth_up", "bandwidth_down",
-                     "layer_bytes", "busy_factor"):
+                     "layer_bytes"):
             data[name] = list(data[name])
         data["layer_backward_s"] = [list(row) for row in self.layer_backward_s]
         data["speed"] = self.speed
@@ -111,9 +105,8 @@ class Observation:
             for name in ("warmup_steps", "end_step"):
                 if name in fields:
                     fields[name] = int(fields[name])
-            for name in ("speed_per_worker", "bandwidth_up", "bandwidth_down", "busy_factor"):
-                if name in fields:
-                    fields[name] = tuple(float(v) for v in fields[name])
+            for name in ("speed_per_worker", "bandwidth_up", "bandwidth_down"):
+                fields[name] = tuple(float(v) for v in fields[name])
             fields["layer_backward_s"] = tuple(
                 tuple(float(v) for v in row) for row in fields["layer_backward_s"])
             return cls(**fields)
@@ -123,10 +116,6 @@ class Observation:
 
 def merge_windows(windows: Sequence[Window]) -> Observation:
     """Merge one window id's Windows from several workers (any order, one per rank).
-
-    A worker's link rate is its bytes over its busy time; where the workers timed the same
-    step's transfers, it is that step's bytes over the time the link was busy for all of them
-    (``align_busy``).
 
     Raises ControlError when they disagree on what must be shared: window id, configuration,
     worker count, model or architecture (a worker on another configuration would be a bug
@@ -147,12 +136,6 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
                     f"{getattr(first, name)!r}, rank {w.rank} has {getattr(w, name)!r}")
     layer_bytes = next((w.layer_bytes for w in rows if w.layer_bytes), ())
     measured = [w for w in rows if w.steps]
-    aligned = align_busy(rows)
-    if aligned is None:
-        up, down = [w.bandwidth_up for w in rows], [w.bandwidth_down for w in rows]
-    else:
-        up = [8.0 * w.link_bytes[0] / aligned[0] for w in rows]
-        down = [8.0 * w.link_bytes[1] / aligned[0] for w in rows]
     return Observation(
         window=first.window,
         first_step=min(w.first_step for w in rows),
@@ -163,8 +146,8 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
         num_layers=max(w.num_layers for w in rows),
         ranks=tuple(ranks),
         speed_per_worker=tuple(w.speed for w in rows),
-        bandwidth_up=tuple(up),
-        bandwidth_down=tuple(down),
+        bandwidth_up=tuple(w.bandwidth_up for w in rows),
+        bandwidth_down=tuple(w.bandwidth_down for w in rows),
         layer_backward_s=tuple(w.layer_backward_s for w in rows),
         layer_bytes=layer_bytes,
         step_time_s=max((w.elapsed_s / w.steps for w in measured), default=0.0),
@@ -172,31 +155,4 @@ def merge_windows(windows: Sequence[Window]) -> Observation:
         warmup_steps=max(w.warmup_steps for w in rows),
         warmup_s=max(w.warmup_s for w in rows),
         end_step=max(w.end_step for w in rows),
-        busy_factor=() if aligned is None else aligned[1],
     )
-
-
-def align_busy(windows: Sequence[Window]) -> tuple[float, tuple[float, ...]] | None:
-    """The time the link was busy in the step every worker timed last, and how many times
-    longer each worker's own busy time in it was; None when they did not time the same step.
-
-    A worker counts a transfer from when its own gradient was there; a collective, or a
-    server answering a pull, waits for every worker's, so while a worker computes ahead of
-    another its transfers wait, and its busy time holds the other's compute. A transfer ends at
-    about the same moment on every worker: the clocks are aligned on those ends (the median
-    difference), and a transfer counts from the latest worker's start.
-    """
-    step = windows[0].link_step if windows else -1
-    if len(windows) < 2 or step < 0 or any(w.link_step != step for w in windows):
-        return None
-    runs = [np.asarray(w.link_intervals, dtype=np.float64).reshape(-1, 2) for w in windows]
-    if not runs[0].size or any(r.shape != runs[0].shape for r in runs):
-        return None
-    done = runs[0][:, 1]
-    start = runs[0][:, 0].copy()
-    for r in runs[1:]:
-        np.maximum(start, r[:, 0] - float(np.median(r[:, 1] - done)), out=start)
-    aligned = busy_time(zip(np.minimum(start, done).tolist(), done.tolist(), strict=True))
-    if aligned <= 0:
-        return None
-    return aligned, tuple(busy_time(map(tuple, r.tolist())) / aligned for r in runs)

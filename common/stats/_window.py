@@ -44,11 +44,6 @@ class Window:
     layer_bytes: gradient bytes per layer in forward order (l entries when known).
     end_step: the step the job ends at, when the adapter knows it (0: unknown), so a tuner
         does not start a switch the job ends before it can pay back.
-    link_step, link_intervals, link_bytes: the last step that timed its link (-1: none), its
-        transfers' (start, done) pairs, flat, on this worker's clock, in an order every worker
-        shares, and its bytes up and down as counted in bytes_up, bytes_down
-        (``common.stats.align_busy``: a transfer that waited for another worker's gradient
-        counts from when the last worker's was there, not from when this worker's was).
     """
 
     rank: int
@@ -75,9 +70,6 @@ class Window:
     wall_time: float = 0.0
     warmup_s: float = 0.0
     end_step: int = 0
-    link_step: int = -1
-    link_intervals: tuple[float, ...] = ()
-    link_bytes: tuple[int, ...] = (0, 0)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.num_workers:
@@ -92,11 +84,6 @@ class Window:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ControlError(f"{name} must be finite and >= 0, got {name}={value!r}")
-        if len(self.link_intervals) % 2:
-            raise ControlError(f"link_intervals must hold (start, done) pairs, got "
-                               f"{len(self.link_intervals)} numbers")
-        if len(self.link_bytes) != 2:
-            raise ControlError(f"link_bytes must be (up, down), got {self.link_bytes!r}")
 
     @property
     def speed(self) -> float:
@@ -121,8 +108,6 @@ class Window:
         data["config"] = self.config.to_dict()
         data["layer_backward_s"] = list(self.layer_backward_s)
         data["layer_bytes"] = list(self.layer_bytes)
-        data["link_intervals"] = list(self.link_intervals)
-        data["link_bytes"] = list(self.link_bytes)
         data["speed"] = self.speed
         return {"schema": WINDOW_SCHEMA, "version": WINDOW_VERSION, **data}
 
@@ -146,7 +131,7 @@ class Window:
             fields["config"] = _config(fields["config"])
             for name in ("rank", "num_workers", "window", "first_step", "last_step", "steps",
                          "warmup_steps", "samples", "bytes_up", "bytes_down", "layer_steps",
-                         "end_step", "link_step"):
+                         "end_step"):
                 if name in fields:
                     fields[name] = _as_int(fields[name], name)
             for name in ("elapsed_s", "step_time_min_s", "step_time_max_s", "bandwidth_up",
@@ -158,9 +143,6 @@ class Window:
             fields["layer_backward_s"] = _floats(fields.get("layer_backward_s", ()),
                                                  "layer_backward_s")
             fields["layer_bytes"] = _ints(fields.get("layer_bytes", ()), "layer_bytes")
-            fields["link_intervals"] = _floats(fields.get("link_intervals", ()),
-                                               "link_intervals")
-            fields["link_bytes"] = _ints(fields.get("link_bytes", (0, 0)), "link_bytes")
             return cls(**fields)
         except ControlError:
             raise

@@ -259,61 +259,6 @@ def test_link_rate_is_of_the_steps_that_timed_the_link_and_none_when_no_step_did
     assert untimed[0].bandwidth_up == pytest.approx(8 * 10_000 / 1.0)
 
 
-def _timed(rank: int, runs: list[tuple[float, float]], *, step: int = 3) -> Window:
-    """A worker's window whose step ``step`` timed its link over ``runs``."""
-    out: list[Window] = []
-    c = StatsCollector(rank=rank, num_workers=2, config=Config(), window_steps=4,
-                       warmup_after_change=0, on_window=out.append)
-    for s in range(4):
-        timed = s == step
-        c.record_step(s, 8, 0.1, bytes_up=1000, bytes_down=1000,
-                      comm_s=busy_time(runs) if timed else 0.0,
-                      link_intervals=runs if timed else None)
-    return out[0]
-
-
-def test_a_transfer_that_waited_for_the_other_worker_counts_from_when_both_were_ready() -> None:
-    """Worker 0's gradients were ready early and its transfers waited for worker 1's: its own
-    busy time is 0.5 s, the link's 0.1 s. Worker 1's clock runs 100 s apart; the transfers
-    end at the same moments on both, which is what aligns them."""
-    w0 = _timed(0, [(0.0, 0.3), (0.25, 0.5)])
-    w1 = _timed(1, [(100.25, 100.3), (100.45, 100.5)])
-    assert w0.link_step == 3 and w0.link_intervals == pytest.approx((0.0, 0.3, 0.25, 0.5))
-    assert w0.link_bytes == (1000, 1000)
-    assert Window.from_dict(json.loads(json.dumps(w0.to_dict()))) == w0
-    obs = merge_windows([w0, w1])
-    # the link: 0.25-0.3 and 0.45-0.5, 0.1 s
-    assert obs.busy_factor == pytest.approx((5.0, 1.0))
-    assert obs.bandwidth_up == pytest.approx((8 * 1000 / 0.1,) * 2)
-    assert w0.bandwidth_up == pytest.approx(8 * 1000 / 0.5)  # alone, it read a fifth of that
-    assert Observation.from_dict(json.loads(json.dumps(obs.to_dict()))) == obs
-
-
-@pytest.mark.parametrize("other", [
-    {"step": 2},  # the workers timed different steps
-    {"runs": [(0.0, 0.1)]},  # another number of transfers
-])
-def test_transfers_are_aligned_only_when_every_worker_timed_the_same_ones(
-        other: dict[str, object]) -> None:
-    w0 = _timed(0, [(0.0, 0.3), (0.25, 0.5)])
-    runs = other.get("runs", [(0.25, 0.3), (0.45, 0.5)])
-    w1 = _timed(1, runs, step=int(other.get("step", 3)))  # type: ignore[arg-type]
-    obs = merge_windows([w0, w1])
-    assert obs.busy_factor == ()
-    assert obs.bandwidth_up == (w0.bandwidth_up, w1.bandwidth_up)
-    assert merge_windows([w0]).busy_factor == ()
-
-
-def test_malformed_link_intervals_are_rejected() -> None:
-    d = json.loads(json.dumps(_timed(0, [(0.0, 0.3)]).to_dict()))
-    d["link_intervals"] = [0.0, 0.3, 0.5]
-    with pytest.raises(ControlError, match="pairs"):
-        Window.from_dict(d)
-    d["link_intervals"], d["link_bytes"] = [0.0, 0.3], [1000]
-    with pytest.raises(ControlError, match="up, down"):
-        Window.from_dict(d)
-
-
 def test_sample_budget_samples_at_a_change_and_while_settling_else_once_a_second() -> None:
     """A change (the configuration, or a step time 1.5-fold off the last check's, as a link
     change makes it) samples, and with ``settle_s`` (an adapter deciding a window ahead) every
