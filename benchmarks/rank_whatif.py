@@ -7,8 +7,9 @@ and as given instead: whether a wrong link rate is why it picked what it picked.
 Feeds the decision log's windows up to ``--steps`` to a fresh meta tuner as the coordinator
 does (each window's statistics and its configuration's speed), then prints the tuner's score of
 native and of its ``--top`` candidates; then again with every window's link rate replaced by
-each of ``--rates``. Scores are samples/s as the tuner ranks them (anchored on native's
-measured speed). Seconds; reads the decision log only, no framework needed.
+each of ``--rates``. Scores are samples/s as the tuner ranks them (``common.meta._prior.score``:
+anchored on native's measured speed, the best mixed with the simulator's). Seconds; reads the
+decision log only, no framework needed.
 """
 
 from __future__ import annotations
