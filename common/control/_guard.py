@@ -295,8 +295,11 @@ class Guard:
     def _go_back(self, native: float | None) -> Config | None:
         """Under conditions seen before: the fastest configuration measured under them, when
         faster than the one in force beyond ``noise_band`` (native as ``_best_measured``
-        decides it) and what it saves, if they hold as long as the last time, pays for the
-        switch; or None."""
+        decides it) and what it saves pays for the switch: from when the switch is in force
+        (the decision's lead) for as long as they held the last time, less what they have
+        held already, or, once they have held longer, for as long again as they outlasted it.
+        Conditions that come and go faster than a decision lands are not followed: the switch
+        would land in the next ones."""
         loop = self.loop
         here = loop.measured(loop.current)
         if native is None or here is None:
@@ -304,7 +307,8 @@ class Guard:
         best, speed = self._best_measured(native)
         if knobs(best) == knobs(loop.current) or speed <= here * (1 + self.noise_band):
             return None
-        saved = max(loop.expect_s, loop.lasted_s) * (1.0 - here / speed)
+        ahead = abs(loop.expect_s - loop.lasted_s) - loop.lead(loop.step_s) * loop.step_s
+        saved = ahead * (1.0 - here / speed)
         return best if saved > loop.switch_cost_s else None
 
     def _recheck_interval(self) -> float:

@@ -1173,6 +1173,26 @@ def test_conditions_seen_before_bring_back_their_measurements_and_their_best(
     assert events == ["conditions_changed"] + ["conditions_changed", "conditions_recalled"] * 3
 
 
+def test_conditions_that_come_and_go_faster_than_a_decision_lands_are_not_followed(
+        tmp_path: Path) -> None:
+    """The same speeds, the link alternating every 2 windows: a decision lands a window or
+    more after the window that showed the conditions, so a switch for them would run under
+    the next ones. Once B is measured (the slow link), the job stays on it, and no go-back is
+    decided; with 30-window stretches it is (the test above)."""
+    def speed(config: Config, w: int) -> float:
+        fast = (w // 2) % 2 == 0
+        if not config.scheduling:
+            return 100.0 if fast else 20.0
+        return 90.0 if fast else 25.0
+
+    switches, reasons = _phased(speed, 80, tmp_path)
+    assert not any("conditions seen before" in r for r in reasons), reasons
+    recalled = [r for r in read_log(tmp_path / "d.jsonl")
+                if r.get("event") == "conditions_recalled"]
+    assert len(recalled) >= 10  # the conditions were recognised each time, and not followed
+    assert len(switches) <= 3, switches
+
+
 def test_a_link_that_keeps_coming_back_pays_for_a_first_trace_one_stretch_cannot() -> None:
     """A link alternating every six 1-s windows in a 200-s job, a first trace of 3.5 s, and
     B ranked 25% above native (1.3x on the slow link, 0.92x on the fast one): one stretch
