@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from common.bench import knobs_label
+from common.config import Config
 from common.meta._tuner import create_meta_tuner
 from common.stats import Observation
-from common.units import format_bytes, format_rate, parse_rate
+from common.units import format_rate, parse_rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,11 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _describe(config: object) -> str:
-    if not getattr(config, "scheduling", True):
-        return "native"
-    return (f"{format_bytes(config.partition_bytes)}:"  # type: ignore[attr-defined]
-            f"{format_bytes(config.credit_bytes)}")  # type: ignore[attr-defined]
+def _describe(config: Config) -> str:
+    return "native" if not config.scheduling else knobs_label(config.partition_bytes,
+                                                              config.credit_bytes)
 
 
 if __name__ == "__main__":

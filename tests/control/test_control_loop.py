@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1150,18 +1151,23 @@ def test_a_large_gain_is_not_checked_again(tmp_path: Path) -> None:
     assert [knobs(c) for _, c in switches] == [knobs(B)], switches
 
 
+def _alternating(stretch: int) -> Callable[[Config, int], float]:
+    """Speeds with the link alternating every ``stretch`` windows: on the fast one native runs
+    100 and B 90 (0.9x), on the slow one native 20 and B 25 (1.25x)."""
+    def speed(config: Config, w: int) -> float:
+        fast = (w // stretch) % 2 == 0
+        if not config.scheduling:
+            return 100.0 if fast else 20.0
+        return 90.0 if fast else 25.0
+    return speed
+
+
 def test_conditions_seen_before_bring_back_their_measurements_and_their_best(
         tmp_path: Path) -> None:
     """A link alternating every 30 windows: on the fast one native is best (B 0.9x), on the
     slow one B (1.25x). Each is found once; when one comes back, the job goes straight to
     what it measured best there, without measuring native or probing again."""
-    def speed(config: Config, w: int) -> float:
-        fast = (w // 30) % 2 == 0
-        if not config.scheduling:
-            return 100.0 if fast else 20.0
-        return 90.0 if fast else 25.0
-
-    switches, reasons = _phased(speed, 150, tmp_path)
+    switches, reasons = _phased(_alternating(30), 150, tmp_path)
     configs = [knobs(c) for _, c in switches]
     assert configs == [knobs(B), NATIVE, knobs(B), NATIVE, knobs(B), NATIVE], switches
     phases = [w // 30 for w, _ in switches]
@@ -1179,13 +1185,7 @@ def test_conditions_that_come_and_go_faster_than_a_decision_lands_are_not_follow
     more after the window that showed the conditions, so a switch for them would run under
     the next ones. Once B is measured (the slow link), the job stays on it, and no go-back is
     decided; with 30-window stretches it is (the test above)."""
-    def speed(config: Config, w: int) -> float:
-        fast = (w // 2) % 2 == 0
-        if not config.scheduling:
-            return 100.0 if fast else 20.0
-        return 90.0 if fast else 25.0
-
-    switches, reasons = _phased(speed, 80, tmp_path)
+    switches, reasons = _phased(_alternating(2), 80, tmp_path)
     assert not any("conditions seen before" in r for r in reasons), reasons
     recalled = [r for r in read_log(tmp_path / "d.jsonl")
                 if r.get("event") == "conditions_recalled"]

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from script_helpers import script_main
 
 from common.tuners import NATIVE_BYTES
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lmo_scores.py"
-
-
-def _main() -> Callable[[list[str]], int]:
-    spec = importlib.util.spec_from_file_location("lmo_scores", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    main: Callable[[list[str]], int] = module.main
-    return main
+MAIN = script_main("lmo_scores")
 
 
 def _save(path: Path, network: list[float], simulated: list[float]) -> None:
@@ -42,7 +32,7 @@ def test_the_cells_give_mape_once_native_is_measured_and_the_guarded_pick(
     # network: native predicted at 100 (anchor moves nothing), 90 and 120 exact; the
     # simulator wrong by 50% on both and ranking 128KiB first
     _save(out, [100.0, 90.0, 120.0], [100.0, 135.0, 60.0])
-    assert _main()(["--out", str(out)]) == 0
+    assert MAIN(["--out", str(out)]) == 0
     rows = {line.split(" | ")[1]: line.split(" | ")[2:] for line in
             capsys.readouterr().out.splitlines() if line.startswith("| tensorflow")}
     anchored, simulator = rows["m"][0], rows["m"][-2]
@@ -54,4 +44,4 @@ def test_the_cells_give_mape_once_native_is_measured_and_the_guarded_pick(
 
 def test_scoring_again_needs_the_saved_file(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
-        _main()(["--out", str(tmp_path / "missing.npz")])
+        MAIN(["--out", str(tmp_path / "missing.npz")])

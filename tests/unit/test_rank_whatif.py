@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from script_helpers import script_main
 
 from common.config import Config
 from common.stats import Observation
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rank_whatif.py"
-
-
-def _main() -> Callable[[list[str]], int]:
-    spec = importlib.util.spec_from_file_location("rank_whatif", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    main: Callable[[list[str]], int] = module.main
-    return main
+MAIN = script_main("rank_whatif")
 
 
 def _window(first_step: int, rate: float) -> dict[str, object]:
@@ -43,7 +33,7 @@ def test_the_ranking_moves_with_the_link_rate_given(tmp_path: Path,
     job.mkdir()
     records = [{"type": "job"}, _window(0, 1e8), _window(10, 1e8), _window(30, 1e8)]
     (job / "decisions-1.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    assert _main()([str(job), "--steps", "10", "--rates", "100gbit", "--top", "3"]) == 0
+    assert MAIN([str(job), "--steps", "10", "--rates", "100gbit", "--top", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["as measured", "at 100gbit"]
     gains = [[float(g) for g in re.findall(r"\(([\d.]+)x\)", line)] for line in lines]
@@ -55,5 +45,5 @@ def test_the_ranking_moves_with_the_link_rate_given(tmp_path: Path,
 
 def test_a_job_folder_without_one_log_is_named(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert _main()([str(tmp_path)]) == 2
+    assert MAIN([str(tmp_path)]) == 2
     assert str(tmp_path) in capsys.readouterr().err

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from script_helpers import script_main
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "window_medians.py"
-
-
-def _main() -> Callable[[list[str]], int]:
-    spec = importlib.util.spec_from_file_location("window_medians", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    main: Callable[[list[str]], int] = module.main
-    return main
+MAIN = script_main("window_medians")
 
 
 def test_medians_per_rate_leave_out_the_warm_up_window(tmp_path: Path,
@@ -30,7 +20,7 @@ def test_medians_per_rate_leave_out_the_warm_up_window(tmp_path: Path,
     lines = ["first,last,speed,mean_speed,cpu_s_per_step,config,rate"]
     lines += [f"{i},{i},{s},{s},0.1,{c},{r}" for i, (r, c, s) in enumerate(rows)]
     (job / "windows.csv").write_text("\n".join(lines) + "\n")
-    assert _main()([str(job)]) == 0
+    assert MAIN([str(job)]) == 0
     out = capsys.readouterr().out
     assert "1gbit native: 620.0 (3 windows)" in out  # the 50.0 warm-up left out
     assert "100mbit 64KiB:256KiB: 450.0 (2 windows)" in out
@@ -38,5 +28,5 @@ def test_medians_per_rate_leave_out_the_warm_up_window(tmp_path: Path,
 
 def test_a_folder_without_windows_is_named(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    assert _main()([str(tmp_path)]) == 2
+    assert MAIN([str(tmp_path)]) == 2
     assert str(tmp_path) in capsys.readouterr().err
