@@ -1,14 +1,17 @@
-"""The per-block cost the simulated data charges (``BLOCK_COST_S``), fitted to real runs.
+"""What a block costs, fitted to real runs: the tuner's prior (``common.meta._prior.BLOCK_COST``)
+and the simulated data (``common.meta._dataset.BLOCK_COST_S``, off the compute path only).
 
-    .venv/bin/python benchmarks/block_cost_fit.py
-    .venv/bin/python benchmarks/block_cost_fit.py --costs 100us,1ms,2ms,4ms --data runs/tb.npz
+    .venv/bin/python benchmarks/block_cost_fit.py                              # 2 min
+    .venv/bin/python benchmarks/block_cost_fit.py --costs 100us,1ms --cpu 0,1ms --data runs/tb.npz
 
 For every sweep run of a testbed dataset, the simulator replays each configuration the run
 measured with the run's own layer times and link rate (the forward time set so that native's
-simulated step equals its measured one), at each candidate per-block cost. Each configuration's
-simulated ratio to native is compared with the measured ratio. Printed per arch and cost: the
-mean and median |log(simulated / measured)|, the same over partitions of 64 KiB and less, and
-the mean signed error per partition (positive: the simulator overrates the configuration).
+simulated step equals its measured one), at each candidate per-block cost: ``--costs``, the
+transfer's start-up off the compute path, and ``--cpu``, the compute each block takes from the
+worker. Each configuration's simulated ratio to native is compared with the measured ratio.
+Printed per arch and pair: the mean and median |log(simulated / measured)|, the same over
+partitions of 64 KiB and less, and the mean signed error per partition (positive: the simulator
+overrates the configuration).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from common.tuners import NATIVE_BYTES
 SMALL = 64 * 1024
 
 
-def run_errors(data: Dataset, costs: list[float]) -> dict[tuple[str, float],
-                                                            list[tuple[int, float]]]:
+Cost = tuple[float, float]  # (off the compute path, on it), seconds a block
+
+
+def run_errors(data: Dataset, costs: list[Cost]) -> dict[tuple[str, Cost],
+                                                         list[tuple[int, float]]]:
     """(arch, cost) -> (partition, log(simulated / measured ratio to native)) per config."""
     runs: dict[str, list[int]] = collections.defaultdict(list)
     for j, run in enumerate(data["job_run"].tolist()):
@@ -49,7 +55,7 @@ def run_errors(data: Dataset, costs: list[float]) -> dict[tuple[str, float],
 
 
 def _errors(job: MetaInput, speeds: dict[tuple[int, int], list[float]],
-            cost: float) -> list[tuple[int, float]]:
+            cost: Cost) -> list[tuple[int, float]]:
     """One run's configurations at one per-block cost (none without native or a link rate)."""
     native = [k for k in speeds if k[0] == NATIVE_BYTES]
     if not native or max(job.bandwidth_down_bps, job.bandwidth_up_bps) <= 0:
@@ -57,7 +63,7 @@ def _errors(job: MetaInput, speeds: dict[tuple[int, int], list[float]],
     measured_native = statistics.fmean(speeds[native[0]])
     configs = [k for k in speeds if k[0] != NATIVE_BYTES]
     simulated = simulated_speeds(job, [p for p, _ in configs], [c for _, c in configs],
-                                 measured_native, block_cost_s=cost)
+                                 measured_native, block_cost=cost)
     return [(p, math.log(v / statistics.fmean(speeds[(p, c)])))
             for (p, c), v in zip(configs, simulated.tolist(), strict=True)]
 
@@ -66,15 +72,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..",
-                                                       "datasets", "testbed_v4.npz"))
-    parser.add_argument("--costs", default="100us,1ms,2ms,4ms",
-                        help="per-block costs to try, comma-separated")
+                                                       "datasets", "testbed_v7.npz"))
+    parser.add_argument("--costs", default="100us,250us,1ms,2ms",
+                        help="per-block costs off the compute path to try, comma-separated")
+    parser.add_argument("--cpu", default="0,500us,1ms,1500us",
+                        help="per-block compute costs to try, comma-separated")
     args = parser.parse_args()
-    costs = [parse_seconds(c, "--costs") for c in args.costs.split(",")]
+    costs = [(parse_seconds(c, "--costs"), parse_seconds(u, "--cpu"))
+             for c in args.costs.split(",") for u in args.cpu.split(",")]
     errors = run_errors(Dataset.load(args.data), costs)
-    print(f"{'arch':<10} {'cost':>8} {'configs':>7} {'mean |err|':>10} {'median':>7} "
+    print(f"{'arch':<10} {'cost':>8} {'cpu':>8} {'configs':>7} {'mean |err|':>10} {'median':>7} "
           f"{'<=64KiB':>8}  signed error by partition")
-    for (arch, cost), rows in sorted(errors.items()):
+    for (arch, (cost, cpu)), rows in sorted(errors.items()):
         absolute = [abs(e) for _, e in rows]
         small = [abs(e) for p, e in rows if p <= SMALL]
         by_part: dict[int, list[float]] = collections.defaultdict(list)
@@ -82,7 +91,8 @@ def main() -> None:
             by_part[p].append(e)
         signed = " ".join(f"{p >> 10}K:{statistics.fmean(v):+.2f}"
                           for p, v in sorted(by_part.items()))
-        print(f"{arch:<10} {cost * 1e6:>6.0f}us {len(rows):>7} {statistics.fmean(absolute):>10.3f} "
+        print(f"{arch:<10} {cost * 1e6:>6.0f}us {cpu * 1e6:>6.0f}us {len(rows):>7} "
+              f"{statistics.fmean(absolute):>10.3f} "
               f"{statistics.median(absolute):>7.3f} "
               f"{statistics.fmean(small) if small else math.nan:>8.3f}  {signed}")
 

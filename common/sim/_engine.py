@@ -11,6 +11,11 @@ One iteration runs from the start of step k's backward pass to the start of step
 2. The next forward pass runs front to back; layer i starts only when the compute is free and
    every block holding part of layer i is complete (its parameters are back).
 
+Where the workers' communication runs on the cores that compute (a collective's dispatch, a
+key's copies), each block also takes ``block_cpu_s`` of the worker that nothing overlaps: the
+step ends that much later per block, whatever the link. On the testbed's shared cores this fits
+the runs' ratios to native better than charging it where the block starts (datasets/SCHEMA.md).
+
 Compute is serial on the worker and never waits during backward, so the communication of a
 step depends only on when its backward started: with a constant bandwidth every iteration is
 the same and one step is the steady state. With a bandwidth schedule, ``steps`` iterations
@@ -77,7 +82,7 @@ class SimResult:
 def simulate(profile: Profile, config: Config, *, workers: int, arch: str = "allreduce",
              servers: int = 1, bandwidth: float | str | BandwidthSchedule,
              overhead_s: float = DEFAULT_OVERHEAD_S, latency_s: float = DEFAULT_LATENCY_S,
-             steps: int = 1, trace: bool = True) -> SimResult:
+             block_cpu_s: float = 0.0, steps: int = 1, trace: bool = True) -> SimResult:
     """Simulate ``steps`` iterations of ``profile`` under ``config``; see the module docstring.
 
     ``bandwidth`` is bits/s of each link (a number, a string like "10gbit", or a schedule).
@@ -85,7 +90,7 @@ def simulate(profile: Profile, config: Config, *, workers: int, arch: str = "all
     """
     run = _Run(profile, config, workers=workers, arch=arch, servers=servers,
                bandwidth=bandwidth, overhead_s=overhead_s, latency_s=latency_s,
-               keep_trace=trace)
+               keep_trace=trace, block_cpu_s=block_cpu_s)
     step_s = [run.step() for _ in range(_count(steps, "steps", 1, 100_000))]
     iteration = math.fsum(step_s) / len(step_s)
     return SimResult(
@@ -149,7 +154,7 @@ class _Run:
     def __init__(self, profile: Profile, config: Config, *, workers: int, arch: str,
                  servers: int, bandwidth: float | str | BandwidthSchedule, overhead_s: float,
                  latency_s: float, keep_trace: bool,
-                 tensors: Sequence[TensorSpec] | None = None) -> None:
+                 tensors: Sequence[TensorSpec] | None = None, block_cpu_s: float = 0.0) -> None:
         if not isinstance(profile, Profile):
             raise ConfigError(f"profile must be a Profile, got {profile!r}")
         if not isinstance(config, Config):
@@ -161,6 +166,7 @@ class _Run:
         self.bandwidth = _schedule(bandwidth)
         overhead_s = _seconds(overhead_s, "overhead_s")
         latency_s = _seconds(latency_s, "latency_s")
+        self.block_cpu_s = _seconds(block_cpu_s, "block_cpu_s")
         self.transfer: Transfer
         self.pull: Transfer | None = None
         if self.arch == "allreduce":
@@ -273,6 +279,7 @@ class _Run:
                         self._advance(t, b)
             t = max(t, self.now) + layer.forward_s
         self._advance(t)  # nothing is left: every block finished before its forward
+        t += self.block_cpu_s * len(sends)
         self.now = t
         return t - start
 

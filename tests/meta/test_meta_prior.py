@@ -11,8 +11,14 @@ import pytest
 
 from common.config import Config
 from common.meta import MetaInput, MetaTuner
-from common.meta._dataset import BLOCK_COST_S
-from common.meta._prior import BLOCK_BUDGET, PRIOR_WEIGHT, SHORTLIST, score, simulated_speeds
+from common.meta._prior import (
+    BLOCK_BUDGET,
+    BLOCK_COST,
+    PRIOR_WEIGHT,
+    SHORTLIST,
+    score,
+    simulated_speeds,
+)
 from common.sim import Layer, Profile, simulate
 from common.testing.meta import FixedPredictor
 from common.tuners import NATIVE_BYTES
@@ -22,6 +28,7 @@ JOB = MetaInput(layer_backward_s=(0.004, 0.012, 0.02, 0.03),
                 bandwidth_down_bps=1e9, bandwidth_up_bps=1e9, batch_size=32)
 PARTS = np.array([NATIVE_BYTES, 1 << 18, 1 << 20, 4 << 20])
 CREDITS = np.array([NATIVE_BYTES, 1 << 20, 4 << 20, 16 << 20])
+WEIGHT = PRIOR_WEIGHT[JOB.arch]
 
 
 def test_the_simulator_runs_the_job_at_natives_measured_speed_and_ranks_overlap() -> None:
@@ -37,8 +44,9 @@ def test_the_simulator_runs_the_job_at_natives_measured_speed_and_ranks_overlap(
             Layer(f"l{i}", b, forward * t / sum(JOB.layer_backward_s), t)
             for i, (b, t) in enumerate(zip(JOB.layer_bytes, JOB.layer_backward_s,
                                            strict=True))), 32)
-        return simulate(profile, config, workers=2, bandwidth=1e9,
-                        overhead_s=BLOCK_COST_S["allreduce"], trace=False).iteration_s
+        overhead_s, cpu_s = BLOCK_COST["allreduce"]
+        return simulate(profile, config, workers=2, bandwidth=1e9, overhead_s=overhead_s,
+                        block_cpu_s=cpu_s, trace=False).iteration_s
 
     forward = step_s - sim(0.0, Config(scheduling=False))
     assert forward > 0
@@ -46,9 +54,11 @@ def test_the_simulator_runs_the_job_at_natives_measured_speed_and_ranks_overlap(
         forward, Config(partition_bytes=1 << 20, credit_bytes=4 << 20))
     assert speeds[2] == pytest.approx(100.0 * ratio)
     assert speeds[2] > speeds[0]
-    # a dearer block costs the finest partition most
-    dear = simulated_speeds(JOB, PARTS, CREDITS, 100.0, block_cost_s=0.02)
-    assert dear[1] / speeds[1] < dear[3] / speeds[3] <= 1.0
+    # a dearer block costs the finest partition most, off the compute path or on it
+    free = simulated_speeds(JOB, PARTS, CREDITS, 100.0, block_cost=(0.0, 0.0))
+    for cost in ((0.02, 0.0), (0.0, 0.02)):
+        dear = simulated_speeds(JOB, PARTS, CREDITS, 100.0, block_cost=cost)
+        assert dear[1] / free[1] < dear[3] / free[3] <= 1.0, cost
 
 
 def test_without_natives_measurement_the_networks_speeds_stand() -> None:
@@ -65,13 +75,13 @@ def test_the_shortlist_and_native_mix_with_the_simulator_the_rest_is_anchored() 
     out = score(JOB, parts, credits, raw, 100.0)
     factor = math.sqrt(100.0 / 400.0)  # the anchor: halfway to native's measurement
     prior = simulated_speeds(JOB, parts, credits, 100.0)
-    mixed = np.exp((1 - PRIOR_WEIGHT) * np.log(raw * factor) + PRIOR_WEIGHT * np.log(prior))
+    mixed = np.exp((1 - WEIGHT) * np.log(raw * factor) + WEIGHT * np.log(prior))
     best = np.argsort(-raw[1:])[:SHORTLIST] + 1
     rest = sorted(set(range(1, count + 1)) - set(best.tolist()))
     np.testing.assert_allclose(out[best], mixed[best])
     np.testing.assert_allclose(out[rest], raw[rest] * factor)
-    assert out[0] == pytest.approx(math.exp((1 - PRIOR_WEIGHT) * math.log(200.0)
-                                            + PRIOR_WEIGHT * math.log(100.0)))
+    assert out[0] == pytest.approx(math.exp((1 - WEIGHT) * math.log(200.0)
+                                            + WEIGHT * math.log(100.0)))
 
 
 def test_candidates_past_the_block_budget_keep_the_anchored_score() -> None:
@@ -84,7 +94,7 @@ def test_candidates_past_the_block_budget_keep_the_anchored_score() -> None:
     out = score(JOB, parts, credits, raw, 100.0)
     assert out[1] == pytest.approx(400.0)  # anchored by 1: native measured as predicted
     prior = simulated_speeds(JOB, parts[2:], credits[2:], 100.0)
-    np.testing.assert_allclose(out[2:], raw[2:] ** (1 - PRIOR_WEIGHT) * prior ** PRIOR_WEIGHT)
+    np.testing.assert_allclose(out[2:], raw[2:] ** (1 - WEIGHT) * prior ** WEIGHT)
 
 
 def observation() -> types.SimpleNamespace:

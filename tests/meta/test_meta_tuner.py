@@ -91,7 +91,7 @@ def test_once_native_is_measured_the_predictions_move_toward_it() -> None:
     job = tuner.job
     assert job is not None
     prior = simulated_speeds(job, [NATIVE_BYTES, 2 << 20], [NATIVE_BYTES, 8 << 20], 150.0)
-    w = PRIOR_WEIGHT
+    w = PRIOR_WEIGHT[job.arch]
     assert prior[0] == pytest.approx(150.0)
     assert tuner.predict([native, best]) == [
         pytest.approx(300.0 ** (1 - w) * 150.0 ** w),

@@ -186,6 +186,20 @@ def test_results_are_deterministic() -> None:
         [(c.block.index, c.t_done) for c in b.trace]
 
 
+@pytest.mark.parametrize("arch", ["ps", "allreduce"])
+def test_a_blocks_compute_cost_adds_to_the_step_whatever_the_link(arch: str) -> None:
+    """``block_cpu_s`` is time nothing overlaps: each block of the step adds it once, so
+    fine partitions pay most and native's one pack (all-reduce) pays once."""
+    cost = 1e-3
+    for config in (cfg(64 * KIB, 4), cfg(4 * MIB, 4), Config(scheduling=False)):
+        for rate in ("1gbit", "100gbit"):
+            free = run("resnet50", config, arch=arch, bandwidth=rate, trace=True)
+            charged = run("resnet50", config, arch=arch, bandwidth=rate, block_cpu_s=cost)
+            blocks = len({send.block.index for send in free.trace})
+            assert charged.iteration_s == pytest.approx(free.iteration_s + cost * blocks)
+            assert charged.lower_bound_s == free.lower_bound_s
+
+
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"workers": 0}, "workers must be an int between 1"),
     ({"workers": 2.5}, "workers"),
@@ -194,6 +208,7 @@ def test_results_are_deterministic() -> None:
     ({"bandwidth": -1.0}, "bandwidth"),
     ({"overhead_s": -1e-3}, "overhead_s"),
     ({"latency_s": float("inf")}, "latency_s"),
+    ({"block_cpu_s": -1e-3}, "block_cpu_s"),
     ({"steps": 0}, "steps"),
     ({"servers": 0, "arch": "ps"}, "servers"),
 ])
