@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 
 RATES = ("100mbit", "300mbit", "1gbit", "3gbit")
 NAMES = {"tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -25,7 +26,11 @@ def latest(path: str) -> dict[tuple[str, str, str], dict[str, str]]:
     """The newest row of each (framework, model, rate)."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        for row in reader:
+            if None in row or None in row.values():  # another format's row: columns shift
+                raise ValueError(f"{path}, line {reader.line_num}: the row's fields do not "
+                                 f"match the header's {len(reader.fieldnames or ())} columns")
             key = (row["framework"], row["model"], row["rate"])
             if key not in cells or row["date"] >= cells[key]["date"]:
                 cells[key] = row
@@ -38,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", type=float, default=0.98,
                    help="AutoByte / native below this is listed (the issue's bar)")
     args = p.parse_args(argv)
-    cells = latest(args.csv)
+    try:
+        cells = latest(args.csv)
+    except (OSError, ValueError) as exc:
+        print(f"sweep_table: {exc}", file=sys.stderr)
+        return 2
     rows = sorted({(fw, model) for fw, model, _ in cells},
                   key=lambda r: (r[0] != "tensorflow", r[1]))
     print("| framework | model | " + " | ".join(RATES) + " | best fixed / native, lowest |")
