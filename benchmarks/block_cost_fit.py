@@ -1,7 +1,7 @@
 """What a block costs, fitted to real runs: the tuner's prior (``common.meta._prior.BLOCK_COST``)
 and the simulated data (``common.meta._dataset.BLOCK_COST_S``, off the compute path only).
 
-    .venv/bin/python benchmarks/block_cost_fit.py                              # 2 min
+    .venv/bin/python benchmarks/block_cost_fit.py                              # 5 s
     .venv/bin/python benchmarks/block_cost_fit.py --costs 100us,1ms --cpu 0,1ms --data runs/tb.npz
 
 For every sweep run of a testbed dataset, the simulator replays each configuration the run

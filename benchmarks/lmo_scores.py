@@ -14,6 +14,15 @@ pick (the faster measured of native and the top) for: the network anchored to na
 simulator alone, the two mixed at several weights, and the tuner as shipped
 (``common.meta._prior.score``). What `autobyte meta eval` prints for the
 shipped mix is the same figure; this script adds the columns beside it.
+
+With ``--costs`` and ``--cpu`` (block costs off and on the compute path, every pair), the
+simulator's speeds are also saved at each pair, and the prior's pair and weight are chosen as
+they would be for an architecture never seen: for each architecture, the pair and weight
+(``CHOICE_WEIGHTS``, every window mixed) that score best on the other architectures' runs,
+scored on its own:
+
+    .venv/bin/python benchmarks/lmo_scores.py --model sim.keras --data datasets/testbed_v7.npz \
+        --runs '*-300mbit/*' --runs '*-3gbit/*' --costs 100us,250us,1ms --cpu 0,500us,1ms,1500us
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from common.commands.simulate import parse_seconds
 from common.meta import MetaModel
 from common.meta._dataset import Dataset
 from common.meta._features import anchor, speed_from_target
@@ -37,6 +47,7 @@ from common.meta._train import FRAMEWORKS, arrays, fine_tune, predict_speeds
 from common.tuners import NATIVE_BYTES
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+CHOICE_WEIGHTS = (0.25, 0.4, 0.5, 0.6)
 
 
 def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
@@ -49,9 +60,11 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
     base = MetaModel.load(args.model)
     real = data.select_jobs(data["job_run"] != "")
     models = list(dict.fromkeys(real["job_model"].tolist()))
+    pairs = {f"sim {off:g} {cpu:g}": (off, cpu)
+             for off in _seconds(args.costs, "--costs") for cpu in _seconds(args.cpu, "--cpu")}
     cols: dict[str, list[object]] = {k: [] for k in (
         "model", "framework", "job", "partition", "credit", "observed", "network",
-        "native", "simulated", "shipped", "rate", "total_bytes", "layers")}
+        "native", "simulated", "shipped", "rate", "total_bytes", "layers", *pairs)}
     job_id = 0
     for i, name in enumerate(models):
         t0 = time.monotonic()
@@ -76,6 +89,8 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
                 parts, credits = arr.partition_bytes[rows], arr.credit_bytes[rows]
                 simulated = simulated_speeds(job, parts, credits, native)
                 shipped = score(job, parts, credits, predicted[rows], native)
+                grid = {key: simulated_speeds(job, parts, credits, native, block_cost=pair)
+                        for key, pair in pairs.items()}
                 for k, r in enumerate(rows):
                     for key, value in (("model", name), ("framework", framework),
                                        ("job", job_id), ("partition", parts[k]),
@@ -85,20 +100,31 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
                                        ("rate", max(job.bandwidth_down_bps,
                                                     job.bandwidth_up_bps)),
                                        ("total_bytes", sum(job.layer_bytes)),
-                                       ("layers", job.num_layers)):
+                                       ("layers", job.num_layers),
+                                       *((key, v[k]) for key, v in grid.items())):
                         cols[key].append(value)
                 job_id += 1
         print(f"{i + 1}/{len(models)} {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return {k: np.array(v) for k, v in cols.items()}
 
 
-def table(d: dict[str, NDArray[Any]]) -> None:
+def _seconds(text: str, flag: str) -> list[float]:
+    return [parse_seconds(t, flag) for t in text.split(",") if t]
+
+
+def _anchored(d: dict[str, NDArray[Any]]) -> NDArray[np.float64]:
+    """The network's speeds anchored to native's measurement, job by job."""
     anchored = np.empty_like(d["network"], dtype=np.float64)
     for j in np.unique(d["job"]):
         rows = np.flatnonzero(d["job"] == j)
         at = rows[d["partition"][rows] >= NATIVE_BYTES][0]
         anchored[rows] = anchor(d["network"][rows].astype(np.float64), float(d["network"][at]),
                                 float(d["native"][at]))
+    return anchored
+
+
+def table(d: dict[str, NDArray[Any]]) -> None:
+    anchored = _anchored(d)
     columns = {"anchored": anchored}
     for w in WEIGHTS[1:-1]:
         columns[f"mix {w:g}"] = np.exp((1 - w) * np.log(anchored) + w * np.log(d["simulated"]))
@@ -115,8 +141,34 @@ def table(d: dict[str, NDArray[Any]]) -> None:
             print(f"| {fw} | {name} | " + " | ".join(cells) + " |")
 
 
-def _cell(d: dict[str, NDArray[Any]], sel: NDArray[Any], speeds: NDArray[Any]) -> str:
-    errors, picks = [], []
+def choose_left_out(d: dict[str, NDArray[Any]]) -> None:
+    """Per framework: each architecture scored with the saved pair and weight that fit the
+    other architectures best (MAPE once native is measured), and what was chosen."""
+    anchored = _anchored(d)
+    mixes = {(key, w): np.exp((1 - w) * np.log(anchored) + w * np.log(d[key].astype(float)))
+             for key in d if key.startswith("sim ") for w in CHOICE_WEIGHTS}
+    for fw in ("tensorflow", "mxnet"):
+        errors: list[float] = []
+        picks: list[float] = []
+        chosen = []
+        for m in dict.fromkeys(d["model"][d["framework"] == fw].tolist()):
+            others = (d["framework"] == fw) & (d["model"] != m)
+            best = min(mixes, key=lambda k: float(np.mean(_scores(d, others, mixes[k])[0])))
+            held = _scores(d, (d["framework"] == fw) & (d["model"] == m), mixes[best])
+            errors += held[0]
+            picks += held[1]
+            chosen.append(f"{m} {best[0][4:]} at {best[1]:g}")
+        if errors:
+            print(f"{fw}, chosen left out: MAPE {100 * np.mean(errors):.1f}%, guarded pick "
+                  f"{100 * np.mean(picks):.1f}% ({'; '.join(chosen)})")
+
+
+def _scores(d: dict[str, NDArray[Any]], sel: NDArray[Any],
+            speeds: NDArray[Any]) -> tuple[list[float], list[float]]:
+    """Each scheduled window's relative error once native is measured, and each job's
+    guarded pick (the faster measured of native and the top, over the best)."""
+    errors: list[float] = []
+    picks: list[float] = []
     for j in np.unique(d["job"][sel]):
         rows = np.flatnonzero(d["job"] == j)
         others = rows[d["partition"][rows] < NATIVE_BYTES]
@@ -125,6 +177,11 @@ def _cell(d: dict[str, NDArray[Any]], sel: NDArray[Any], speeds: NDArray[Any]) -
         errors.extend(np.abs(speeds[others] - d["observed"][others]) / d["observed"][others])
         top = rows[int(np.argmax(speeds[rows]))]
         picks.append(max(d["observed"][top], d["observed"][native]) / obs.max())
+    return errors, picks
+
+
+def _cell(d: dict[str, NDArray[Any]], sel: NDArray[Any], speeds: NDArray[Any]) -> str:
+    errors, picks = _scores(d, sel, speeds)
     if not errors:
         return "-"
     return f"{100 * np.mean(errors):.1f}%, {100 * np.mean(picks):.1f}%"
@@ -138,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="simulated data to keep fine-tuning on (as --train-data of meta eval)")
     p.add_argument("--runs", action="append", metavar="PATTERN")
     p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--costs", default="", help="block costs off the compute path to save the "
+                   "simulator's speeds at, comma-separated (with --model)")
+    p.add_argument("--cpu", default="0", help="block costs on the compute path, likewise")
     p.add_argument("--out", default="runs/lmo.npz")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -151,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(np.unique(d['job']))} jobs, {len(d['job'])} windows; cells: MAPE once native "
           f"is measured, guarded pick")
     table(d)
+    if any(key.startswith("sim ") for key in d):
+        choose_left_out(d)
     return 0 if math.isfinite(float(np.mean(d["observed"]))) else 1
 
 
