@@ -15,14 +15,15 @@ simulator alone, the two mixed at several weights, and the tuner as shipped
 (``common.meta._prior.score``). What `autobyte meta eval` prints for the
 shipped mix is the same figure; this script adds the columns beside it.
 
-With ``--costs`` and ``--cpu`` (block costs off and on the compute path, every pair), the
-simulator's speeds are also saved at each pair, and the prior's pair and weight are chosen as
-they would be for an architecture never seen: for each architecture, the pair and weight
-(``CHOICE_WEIGHTS``, every window mixed) that score best on the other architectures' runs,
-scored on its own:
+With ``--costs`` and ``--cpu`` (block costs off and on the compute path, every pair) and
+``--scales`` (the link's rate over the measured one; default the shipped ``LINK_SCALE``), the
+simulator's speeds are also saved at each combination, and the prior's costs, scale and weight
+are chosen as they would be for an architecture never seen: for each architecture, the
+combination and weight (``CHOICE_WEIGHTS``, every window mixed) that score best on the other
+architectures' runs, scored on its own:
 
     .venv/bin/python benchmarks/lmo_scores.py --model sim.keras --data datasets/testbed_v7.npz \
-        --runs '*-300mbit/*' --runs '*-3gbit/*' --costs 100us,250us,1ms --cpu 0,500us,1ms,1500us
+        --runs '*-300mbit/*' --runs '*-3gbit/*' --costs 250us,1ms --cpu 0,1ms --scales 1,2,3
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from common.meta._train import FRAMEWORKS, arrays, fine_tune, predict_speeds
 from common.tuners import NATIVE_BYTES
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-CHOICE_WEIGHTS = (0.25, 0.4, 0.5, 0.6)
+CHOICE_WEIGHTS = (0.25, 0.4, 0.5, 0.6, 0.75)
 
 
 def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
@@ -60,11 +61,13 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
     base = MetaModel.load(args.model)
     real = data.select_jobs(data["job_run"] != "")
     models = list(dict.fromkeys(real["job_model"].tolist()))
-    pairs = {f"sim {off:g} {cpu:g}": (off, cpu)
-             for off in _seconds(args.costs, "--costs") for cpu in _seconds(args.cpu, "--cpu")}
+    scales: list[float | None] = [float(x) for x in args.scales.split(",") if x] or [None]
+    grid = {f"sim {off:g} {cpu:g}" + ("" if scale is None else f" x{scale:g}"): (off, cpu, scale)
+            for off in _seconds(args.costs, "--costs") for cpu in _seconds(args.cpu, "--cpu")
+            for scale in scales}
     cols: dict[str, list[object]] = {k: [] for k in (
         "model", "framework", "job", "partition", "credit", "observed", "network",
-        "native", "simulated", "shipped", "rate", "total_bytes", "layers", *pairs)}
+        "native", "simulated", "shipped", "rate", "total_bytes", "layers", *grid)}
     job_id = 0
     for i, name in enumerate(models):
         t0 = time.monotonic()
@@ -89,8 +92,9 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
                 parts, credits = arr.partition_bytes[rows], arr.credit_bytes[rows]
                 simulated = simulated_speeds(job, parts, credits, native)
                 shipped = score(job, parts, credits, predicted[rows], native)
-                grid = {key: simulated_speeds(job, parts, credits, native, block_cost=pair)
-                        for key, pair in pairs.items()}
+                at = {key: simulated_speeds(job, parts, credits, native, block_cost=(off, cpu),
+                                            link_scale=scale)
+                      for key, (off, cpu, scale) in grid.items()}
                 for k, r in enumerate(rows):
                     for key, value in (("model", name), ("framework", framework),
                                        ("job", job_id), ("partition", parts[k]),
@@ -101,7 +105,7 @@ def collect(args: argparse.Namespace) -> dict[str, NDArray[Any]]:
                                                     job.bandwidth_up_bps)),
                                        ("total_bytes", sum(job.layer_bytes)),
                                        ("layers", job.num_layers),
-                                       *((key, v[k]) for key, v in grid.items())):
+                                       *((key, v[k]) for key, v in at.items())):
                         cols[key].append(value)
                 job_id += 1
         print(f"{i + 1}/{len(models)} {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
@@ -198,8 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--costs", default="", help="block costs off the compute path to save the "
                    "simulator's speeds at, comma-separated (with --model)")
     p.add_argument("--cpu", default="0", help="block costs on the compute path, likewise")
+    p.add_argument("--scales", default="", help="link rates over the measured one, likewise "
+                   "(default: the shipped LINK_SCALE)")
     p.add_argument("--out", default="runs/lmo.npz")
     args = p.parse_args(argv)
+    for text in filter(None, args.scales.split(",")):
+        try:
+            ok = math.isfinite(float(text)) and float(text) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            p.error(f"--scales takes numbers > 0, got {text!r}")
     out = Path(args.out)
     if args.model:
         d = collect(args)

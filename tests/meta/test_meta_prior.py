@@ -3,6 +3,7 @@ measurement, mixed into the network's best candidates only, and what the tuner r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 
@@ -14,6 +15,7 @@ from common.meta import MetaInput, MetaTuner
 from common.meta._prior import (
     BLOCK_BUDGET,
     BLOCK_COST,
+    LINK_SCALE,
     PRIOR_WEIGHT,
     SHORTLIST,
     score,
@@ -45,8 +47,8 @@ def test_the_simulator_runs_the_job_at_natives_measured_speed_and_ranks_overlap(
             for i, (b, t) in enumerate(zip(JOB.layer_bytes, JOB.layer_backward_s,
                                            strict=True))), 32)
         overhead_s, cpu_s = BLOCK_COST["allreduce"]
-        return simulate(profile, config, workers=2, bandwidth=1e9, overhead_s=overhead_s,
-                        block_cpu_s=cpu_s, trace=False).iteration_s
+        return simulate(profile, config, workers=2, bandwidth=LINK_SCALE["allreduce"] * 1e9,
+                        overhead_s=overhead_s, block_cpu_s=cpu_s, trace=False).iteration_s
 
     forward = step_s - sim(0.0, Config(scheduling=False))
     assert forward > 0
@@ -59,6 +61,19 @@ def test_the_simulator_runs_the_job_at_natives_measured_speed_and_ranks_overlap(
     for cost in ((0.02, 0.0), (0.0, 0.02)):
         dear = simulated_speeds(JOB, PARTS, CREDITS, 100.0, block_cost=cost)
         assert dear[1] / free[1] < dear[3] / free[3] <= 1.0, cost
+
+
+def test_the_link_runs_at_the_measured_rate_times_the_scale() -> None:
+    """The measured rate under-reads the wire (``LINK_SCALE``): a scale is the same as a job
+    that measured that much more, and a slower link makes overlapping worth more."""
+    default = simulated_speeds(JOB, PARTS, CREDITS, 100.0)
+    assert np.array_equal(default, simulated_speeds(JOB, PARTS, CREDITS, 100.0,
+                                                    link_scale=LINK_SCALE[JOB.arch]))
+    faster = dataclasses.replace(JOB, bandwidth_down_bps=3e9, bandwidth_up_bps=3e9)
+    assert np.allclose(simulated_speeds(JOB, PARTS, CREDITS, 100.0, link_scale=3.0),
+                       simulated_speeds(faster, PARTS, CREDITS, 100.0, link_scale=1.0))
+    slow = simulated_speeds(JOB, PARTS, CREDITS, 100.0, link_scale=0.5)
+    assert slow[2] / slow[0] > default[2] / default[0] > 1.0
 
 
 def test_without_natives_measurement_the_networks_speeds_stand() -> None:

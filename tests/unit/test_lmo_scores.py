@@ -51,7 +51,7 @@ def test_the_prior_is_chosen_on_the_other_architectures(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two architectures, the network 20% high on both; the simulator exact at one block
     cost and 50% high at the other. Each is scored with what fits the other best: the exact
-    cost at the largest weight, which leaves 1.2 ** 0.4 of the network's miss."""
+    cost at the largest weight, which leaves 1.2 ** 0.25 of the network's miss."""
     jobs = 2
     observed = np.tile([100.0, 90.0, 120.0], jobs)
     out = tmp_path / "lmo.npz"
@@ -66,5 +66,12 @@ def test_the_prior_is_chosen_on_the_other_architectures(
         **{"sim 0.001 0": observed, "sim 0.002 0": observed * np.tile([1.0, 1.5, 1.5], jobs)})
     assert MAIN(["--out", str(out)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "chosen left out" in x)
-    assert line == (f"tensorflow, chosen left out: MAPE {100 * (1.2 ** 0.4 - 1):.1f}%, "
-                    "guarded pick 100.0% (a 0.001 0 at 0.6; b 0.001 0 at 0.6)")
+    assert line == (f"tensorflow, chosen left out: MAPE {100 * (1.2 ** 0.25 - 1):.1f}%, "
+                    "guarded pick 100.0% (a 0.001 0 at 0.75; b 0.001 0 at 0.75)")
+
+
+@pytest.mark.parametrize("scales", ["0", "-1", "fast", "nan"])
+def test_a_bad_link_scale_is_named(scales: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        MAIN([f"--scales={scales}"])
+    assert f"--scales takes numbers > 0, got {scales!r}" in capsys.readouterr().err
