@@ -5,7 +5,7 @@
         tb.set_rate("100mbit", host=1)
 """
 
-from common.testbed._measure import Flow, measure_flow
+from common.testbed._measure import Flow, measure_flow, measure_message
 from common.testbed._registry import destroy, records, sweep
 from common.testbed._schedule import RateStep, ScheduleRunner, parse_schedule
 from common.testbed._testbed import MAX_HOSTS, Host, Testbed
@@ -21,6 +21,7 @@ __all__ = [
     "Testbed",
     "destroy",
     "measure_flow",
+    "measure_message",
     "parse_schedule",
     "parse_seconds",
     "records",

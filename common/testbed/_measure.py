@@ -2,7 +2,8 @@
 
 Used by the testbed tests and ``autobyte testbed bench``. One bounded flow, a few seconds:
 the receiver's 50 ms arrival bins give the steady-state rate (slow start skipped) and the time
-at which the rate first reached a new setting after ``set_rate``.
+at which the rate first reached a new setting after ``set_rate``; one message after a pause
+gives what a burst costs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from common.errors import TestbedError
 from common.testbed._testbed import Host, Testbed
 
-__all__ = ["Flow", "measure_flow"]
+__all__ = ["Flow", "measure_flow", "measure_message"]
 
 _WARMUP_S = 0.3
 
@@ -58,8 +59,43 @@ class Flow:
         return None
 
 
-def _probe(mode: str, address: str, port: int, seconds: float) -> list[str]:
-    return [sys.executable, "-m", "common.testbed._probe", mode, address, str(port), str(seconds)]
+def measure_message(tb: Testbed, src: Host | int | str, dst: Host | int | str, *,
+                    nbytes: int, port: int = 5202) -> float:
+    """Seconds from ``src`` starting to send ``nbytes`` after an idle pause until ``dst`` has
+    them all: what a burst costs on a link whose token bucket has refilled."""
+    source, sink = tb.host(src), tb.host(dst)
+    receiver = _receiver(tb, sink, _probe("message-recv", sink.address, port, nbytes))
+    try:
+        sender = subprocess.run(tb.wrap(source, _probe("message-send", sink.address, port,
+                                                       nbytes)),
+                                capture_output=True, text=True, timeout=60)
+        out, err = receiver.communicate(timeout=30)
+        if receiver.returncode or sender.returncode:
+            raise TestbedError(f"message failed: receiver exit {receiver.returncode} "
+                               f"{err.strip()}, sender exit {sender.returncode} "
+                               f"{sender.stderr.strip()}")
+        return float(json.loads(out.strip().splitlines()[-1])["done"]) - \
+            float(json.loads(sender.stdout.strip().splitlines()[-1])["start"])
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+
+
+def _receiver(tb: Testbed, sink: Host, argv: list[str]) -> subprocess.Popen[str]:
+    """The probe's receiving end in ``sink``'s namespace, once it listens."""
+    receiver = subprocess.Popen(tb.wrap(sink, argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert receiver.stdout is not None
+    if receiver.stdout.readline().strip() != "ready":
+        receiver.kill()
+        _, err = receiver.communicate()
+        raise TestbedError(f"probe receiver failed: {err.strip()}")
+    return receiver
+
+
+def _probe(mode: str, address: str, port: int, arg: float) -> list[str]:
+    return [sys.executable, "-m", "common.testbed._probe", mode, address, str(port), str(arg)]
 
 
 def measure_flow(tb: Testbed, src: Host | int | str, dst: Host | int | str, *,
@@ -68,14 +104,9 @@ def measure_flow(tb: Testbed, src: Host | int | str, dst: Host | int | str, *,
                  change_after: float | None = None) -> Flow:
     """Send from ``src`` to ``dst`` for ``seconds``; optionally call ``change`` mid-flow."""
     source, sink = tb.host(src), tb.host(dst)
-    receiver = subprocess.Popen(tb.wrap(sink, _probe("recv", sink.address, port, seconds)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    receiver = _receiver(tb, sink, _probe("recv", sink.address, port, seconds))
     sender: subprocess.Popen[str] | None = None
     try:
-        assert receiver.stdout is not None
-        if receiver.stdout.readline().strip() != "ready":
-            err = receiver.stderr.read() if receiver.stderr else ""
-            raise TestbedError(f"flow receiver failed: {err.strip()}")
         sender = subprocess.Popen(tb.wrap(source, _probe("send", sink.address, port, seconds)),
                                   stderr=subprocess.PIPE, text=True)
         changed_at = None

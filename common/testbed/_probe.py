@@ -4,6 +4,11 @@ Run as ``python -m common.testbed._probe recv ADDR PORT SECONDS`` in one host's 
 ``... send ADDR PORT SECONDS`` in another. The receiver prints one JSON line: the wall-clock
 arrival time of every 64 KiB-ish read, bucketed into 50 ms bins, so callers can compute the
 average rate and see when a rate change took effect. Both ends stop by themselves.
+
+``message-recv ADDR PORT NBYTES`` and ``message-send ADDR PORT NBYTES``: after a warm-up
+message and an idle pause, one message of NBYTES; each end prints when it began sending or
+finished receiving it (one clock: the hosts share the machine's), so callers see whether a
+link passes a burst after a pause faster than its rate.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import sys
 import time
 
 BIN_S = 0.05
+PAUSE_S = 0.5  # idle before the message: any token bucket is full again
 _CHUNK = 1 << 20
+_WARMUP_BYTES = 64 * 1024
 
 
 def receive(address: str, port: int, seconds: float) -> dict[str, object]:
@@ -56,16 +63,49 @@ def send(address: str, port: int, seconds: float) -> int:
     return sent
 
 
+def receive_message(address: str, port: int, nbytes: int) -> dict[str, float]:
+    with socket.create_server((address, port), reuse_port=False) as server:
+        server.settimeout(10.0)
+        print("ready", flush=True)
+        conn, _ = server.accept()
+    with conn:
+        conn.settimeout(30.0)
+        for size in (_WARMUP_BYTES, nbytes):
+            left = size
+            while left:
+                data = conn.recv(min(left, _CHUNK))
+                if not data:
+                    raise ConnectionError(f"sender closed with {left} of {size} bytes unsent")
+                left -= len(data)
+            done = time.time()
+            conn.sendall(b"\1")
+    return {"done": done}
+
+
+def send_message(address: str, port: int, nbytes: int) -> dict[str, float]:
+    with socket.create_connection((address, port), timeout=10.0) as conn:
+        conn.sendall(b"\0" * _WARMUP_BYTES)
+        conn.recv(1)
+        time.sleep(PAUSE_S)
+        start = time.time()
+        conn.sendall(b"\0" * nbytes)
+        conn.recv(1)
+    return {"start": start}
+
+
+_MODES = {"send": (send, float), "recv": (receive, float),
+          "message-send": (send_message, int), "message-recv": (receive_message, int)}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[0] not in ("send", "recv"):
-        print("usage: python -m common.testbed._probe send|recv ADDRESS PORT SECONDS",
-              file=sys.stderr)
+    if len(argv) != 4 or argv[0] not in _MODES:
+        print(f"usage: python -m common.testbed._probe {'|'.join(_MODES)} ADDRESS PORT "
+              "SECONDS|NBYTES", file=sys.stderr)
         return 2
-    mode, address, port, seconds = argv[0], argv[1], int(argv[2]), float(argv[3])
-    if mode == "recv":
-        print(json.dumps(receive(address, port, seconds)), flush=True)
-    else:
-        send(address, port, seconds)
+    (run, kind), address, port = _MODES[argv[0]], argv[1], int(argv[2])
+    result = run(address, port, kind(argv[3]))
+    if argv[0] != "send":
+        print(json.dumps(result), flush=True)
     return 0
 
 

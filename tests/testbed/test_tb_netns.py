@@ -13,7 +13,7 @@ from tb_helpers import BASE, our_netns, our_records, root_only, sweep_crashed_se
 
 from common.errors import TestbedError
 from common.testbed import Testbed, sweep
-from common.testbed._measure import measure_flow
+from common.testbed._measure import measure_flow, measure_message
 from common.testbed._net import list_netns
 
 pytestmark = [*root_only, pytest.mark.usefixtures("no_leaks")]
@@ -181,6 +181,16 @@ def test_achieved_tcp_throughput_within_10_percent(rate: float) -> None:
     print(f"\nset {rate / 1e6:g} Mbit/s, achieved {achieved / 1e6:.1f} Mbit/s "
           f"({achieved / rate:.3f})")
     assert abs(achieved - rate) <= 0.10 * rate
+
+
+@pytest.mark.parametrize("rate", [100e6, 1e9], ids=["100mbit", "1gbit"])
+def test_a_message_after_a_pause_goes_no_faster_than_the_rate(rate: float) -> None:
+    nbytes = 1 << 20
+    with Testbed(hosts=2, rate=rate) as tb:
+        took = measure_message(tb, 0, 1, nbytes=nbytes)
+    print(f"\n{nbytes} B after a pause at {rate / 1e6:g} Mbit/s: {took * 1e3:.1f} ms, "
+          f"{nbytes * 8 / took / rate:.3f} of the rate")
+    assert took >= 0.9 * nbytes * 8 / rate
 
 
 @pytest.mark.parametrize(("old", "new"), [(100e6, 1e9), (1e9, 100e6)], ids=["up", "down"])
