@@ -4,7 +4,8 @@ Layout (as root): one switch namespace ``<name>-sw`` holding bridge ``br0``; hos
 namespace ``<name>-h<i>`` with interface ``eth0`` (address ``<subnet>.<250-i>``), joined to
 switch port ``p<i>`` by a veth pair. Links live only inside the testbed's own namespaces, so
 the root namespace is never touched and short fixed interface names cannot collide. Upload is
-shaped on ``eth0`` egress, download on ``p<i>`` egress (tbf), each host independently.
+shaped on ``eth0`` egress, download on ``p<i>`` egress (tbf, with a bucket as shallow as a
+GSO packet: ``_net.shape``), each host independently.
 
 Without root (or without ``ip``/``tc``) the testbed falls back to loopback: every host is
 127.0.0.1, ``shaped`` is False and ``set_rate`` only warns, so the same job still runs.
@@ -195,6 +196,7 @@ class Testbed:
             ])
             _net.batch(host.netns, ["link set lo up",
                                     f"addr add {host.address}/24 dev {HOST_DEV}",
+                                    f"link set {HOST_DEV} gso_max_size {_net.GSO_MAX_BYTES}",
                                     f"link set {HOST_DEV} up"])
             self._apply(host.index)
         log.info("testbed %s up: %d hosts in %s.0/24, %s", self.name, count, self.subnet,
