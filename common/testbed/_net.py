@@ -110,9 +110,9 @@ def _burst(rate: float) -> int:
     GSO packet (hosts send at most ``GSO_MAX_BYTES``; one queued when the rate drops, larger
     than the new bucket, would never leave and the flow would stall). A real port sends nothing
     above its rate, while a deep bucket lets a message after a pause through at the veth's
-    speed: 256 KiB, 21 ms of a 100 Mbit/s link, made native MXNet ResNet-20 run 1.27x faster
-    than with 16 KiB and put PS plans that send one block at a time above native (docs/bench,
-    session 61)."""
+    speed: 256 KiB, 21 ms of a 100 Mbit/s link, made native MXNet ResNet-20 run 1.16x faster
+    than this bucket does and put PS plans that send one block at a time above native
+    (docs/bench, session 61)."""
     return max(BURST_MIN_BYTES, int(rate / 8 * BURST_S))
 
 
