@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 GSO_MAX_BYTES = 16 * 1024
-BURST_MIN_BYTES = 24 * 1024
+BURST_MIN_BYTES = GSO_MAX_BYTES * 3 // 2  # a GSO packet, its segments' headers and room
 BURST_S = 0.001
 _QUEUE_LATENCY = "100ms"
 _TBF_HANDLE = "10:"

@@ -24,13 +24,17 @@ _CHUNK = 1 << 20
 _WARMUP_BYTES = 64 * 1024
 
 
-def receive(address: str, port: int, seconds: float) -> dict[str, object]:
+def _accept(address: str, port: int) -> socket.socket:
+    """Listen, say "ready" (the caller starts the sender then), take one connection."""
     with socket.create_server((address, port), reuse_port=False) as server:
         server.settimeout(10.0)
         print("ready", flush=True)
-        conn, _ = server.accept()
+        return server.accept()[0]
+
+
+def receive(address: str, port: int, seconds: float) -> dict[str, object]:
     bins: dict[int, int] = {}
-    with conn:
+    with _accept(address, port) as conn:
         conn.settimeout(seconds + 10.0)
         start = time.time()
         first = last = 0.0
@@ -64,11 +68,7 @@ def send(address: str, port: int, seconds: float) -> int:
 
 
 def receive_message(address: str, port: int, nbytes: int) -> dict[str, float]:
-    with socket.create_server((address, port), reuse_port=False) as server:
-        server.settimeout(10.0)
-        print("ready", flush=True)
-        conn, _ = server.accept()
-    with conn:
+    with _accept(address, port) as conn:
         conn.settimeout(30.0)
         for size in (_WARMUP_BYTES, nbytes):
             left = size
