@@ -58,16 +58,25 @@ def knobs(config: dict[str, Any]) -> tuple[int, int]:
     return config["partition_bytes"], config["credit_bytes"]
 
 
+def setting(config: dict[str, Any]) -> tuple[int, int] | str:
+    return knobs(config) if config["scheduling"] else "native"
+
+
 def windows_of(log: Path) -> list[dict[str, Any]]:
     return [r for r in read_log(log) if r["type"] == "window" and r.get("steps")]
 
 
 def describe(windows: list[dict[str, Any]]) -> str:
     return "\n".join(f"{w['first_step']:4d}-{w['last_step']:4d} {w['speed']:8.1f}/s "
-                     f"{w['config']['partition_bytes'] >> 10:6d}KiB/"
-                     f"{w['config']['credit_bytes'] >> 10:7d}KiB {w['action']:7s} "
+                     f"{_shown(w['config']):>17s} {w['action']:7s} "
                      f"{w.get('target_step') or '':>4} {w.get('reason', '')[:60]}"
                      for w in windows)
+
+
+def _shown(config: dict[str, Any]) -> str:
+    if not config["scheduling"]:
+        return "native"
+    return f"{config['partition_bytes'] >> 10}KiB/{config['credit_bytes'] >> 10}KiB"
 
 
 class When:
@@ -155,14 +164,19 @@ def test_bayesian_tuner_leaves_a_poor_start_and_follows_a_rate_change(tmp_path: 
     assert statistics.fmean(w["speed"] for w in after[:2]) < 0.5 * tuned, (
         f"the rate change did not slow the job down: was the link shaped?\n{table}")
 
-    # 3. the tuner settled, and faster than the job ran while it re-tuned after the change
+    # 3. the tuner settled on the fastest setting it measured after the change, within the
+    # windows' noise (one 5-step window at 100 Mbit/s can read 25% low)
     settle = max(w["target_step"] for w in decided)
     settled = [w for w in after if w["first_step"] >= settle]
-    unsettled = [w for w in after if w["first_step"] < settle]
     assert len(settled) >= 2, f"the tuner had not settled by the end (step {settle})\n{table}"
-    final = statistics.fmean(w["speed"] for w in settled[-3:])
-    assert final > statistics.fmean(w["speed"] for w in unsettled), (
-        f"the last windows are no faster than the re-tuning after the change\n{table}")
+    speeds: dict[object, list[float]] = {}
+    for w in after:
+        speeds.setdefault(setting(w["config"]), []).append(w["speed"])
+    best = max(statistics.median(s) for s in speeds.values() if len(s) >= 3)
+    final = statistics.median(w["speed"] for w in settled)
+    assert final >= 0.9 * best, (
+        f"settled at {final:.1f} samples/s, below the {best:.1f} of the best setting measured "
+        f"after the change\n{table}")
     # every worker switched exactly at the decided steps
     switches = {step for (step, p, c), (_, p0, c0) in zip(steps[1:], steps, strict=False)
                 if (p, c) != (p0, c0)}
