@@ -7,7 +7,9 @@ measured one, and each configuration of a real sweep run is measured in about tw
 windows. Per framework this prints the windows' relative noise (from the two windows of one
 configuration), an oracle that knows each run's best scored against a noisy best (noise of
 that size, ``--draws`` per run), and a pick from one window per configuration scored on the
-other. Seconds; no framework needed.
+other; and how far each run's best configuration is above native (median windows per
+configuration), which bounds what the guard's fall-back to native can rescue. Seconds; no
+framework needed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import argparse
 import collections
 
 import numpy as np
+
+from common.tuners import NATIVE_BYTES
 
 ARCHS = {"allreduce": "tensorflow", "ps": "mxnet"}
 
@@ -43,9 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [(v[0] - v[1]) / np.mean(v[:2]) for r in mine for v in speeds[r].values()
                  if len(v) >= 2]
         sigma = float(np.std(pairs) / np.sqrt(2))  # one window's relative noise
-        split, oracle = [], []
+        split, oracle, over_native = [], [], []
         for r in mine:
             by = speeds[r]
+            native = by.get((NATIVE_BYTES, NATIVE_BYTES))
+            if native:
+                over_native.append(max(np.median(v) for v in by.values()) / np.median(native))
             twice = [k for k, v in by.items() if len(v) >= 2]
             if len(twice) >= 2:
                 first = np.array([by[k][0] for k in twice])
@@ -59,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                 oracle.append(float(np.mean(noisy[:, np.argmax(mean)] / noisy.max(axis=1))))
         print(f"{framework}: {len(mine)} runs, one window's noise {sigma:.3f}; oracle scored "
               f"against the noisy best {np.mean(oracle):.3f}; best of one window scored on the "
-              f"other {np.mean(split):.3f}")
+              f"other {np.mean(split):.3f}; best over native by median windows, median "
+              f"{np.median(over_native):.3f} ({min(over_native):.3f}-{max(over_native):.3f}, "
+              f"native best in {sum(x <= 1.0 for x in over_native)} of {len(over_native)})")
     return 0
 
 

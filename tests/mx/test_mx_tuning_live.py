@@ -74,9 +74,8 @@ def describe(windows: list[dict[str, Any]]) -> str:
 
 
 def _shown(config: dict[str, Any]) -> str:
-    if not config["scheduling"]:
-        return "native"
-    return f"{config['partition_bytes'] >> 10}KiB/{config['credit_bytes'] >> 10}KiB"
+    knob = setting(config)
+    return knob if isinstance(knob, str) else f"{knob[0] >> 10}KiB/{knob[1] >> 10}KiB"
 
 
 class When:
