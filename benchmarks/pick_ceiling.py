@@ -4,12 +4,17 @@
 
 `autobyte meta eval` scores a pick as its configuration's measured speed over the run's best
 measured one, and each configuration of a real sweep run is measured in about two 5-step
-windows. Per framework this prints the windows' relative noise (from the two windows of one
-configuration), an oracle that knows each run's best scored against a noisy best (noise of
-that size, ``--draws`` per run), and a pick from one window per configuration scored on the
-other; and how far each run's best configuration is above native (median windows per
-configuration), which bounds what the guard's fall-back to native can rescue. Seconds; no
-framework needed.
+windows of one segment (the steps between two switches). Per framework this prints:
+- one window's relative noise, from the two windows of one configuration;
+- one segment's relative noise: configurations that run the same plan (one block holding
+  every gradient, whatever the partition and credit) measured in different segments of a run
+  differ by more than their windows do (in TensorFlow each segment is a new trace). Estimated
+  from those configurations' segment means, the windows' share taken out;
+- an oracle that knows each run's best, scored against a best with window noise only and with
+  segment noise too (``--draws`` per run), and a pick from one window per configuration scored
+  on the other;
+- how far each run's best configuration is above native (median windows per configuration),
+  which bounds what the guard's fall-back to native can rescue. Seconds; no framework needed.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import argparse
 import collections
 
 import numpy as np
+from numpy.typing import NDArray
 
 from common.tuners import NATIVE_BYTES
 
 ARCHS = {"allreduce": "tensorflow", "ps": "mxnet"}
+BIGARRAY_BOUND = 1_000_000  # MXNet splits a key of more elements across servers' ranges
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,19 +42,27 @@ def main(argv: list[str] | None = None) -> int:
     speeds: dict[str, dict[tuple[int, int], list[float]]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
     arch_of: dict[str, str] = {}
+    one_block: dict[str, set[tuple[int, int]]] = collections.defaultdict(set)
     for i, j in enumerate(d["sample_job"]):
         run = str(runs[j])
         if run:
             arch_of[run] = str(arch[j])
             key = (int(d["partition_bytes"][i]), int(d["credit_bytes"][i]))
             speeds[run][key].append(float(d["speed"][i]))
+            start, count = d["job_layer_start"][j], d["job_layer_count"][j]
+            total = int(d["layer_bytes"][start:start + count].sum())
+            if key[0] < NATIVE_BYTES and key[0] >= total and \
+                    (arch[j] != "ps" or total // 4 <= BIGARRAY_BOUND):
+                one_block[run].add(key)
     rng = np.random.default_rng(args.seed)
     for name, framework in ARCHS.items():
         mine = [r for r in speeds if arch_of[r] == name]
         pairs = [(v[0] - v[1]) / np.mean(v[:2]) for r in mine for v in speeds[r].values()
                  if len(v) >= 2]
         sigma = float(np.std(pairs) / np.sqrt(2))  # one window's relative noise
-        split, oracle, over_native = [], [], []
+        segment, same = _segment_noise([speeds[r] for r in mine],
+                                       [one_block[r] for r in mine], sigma)
+        split, oracle, oracle_seg, over_native = [], [], [], []
         for r in mine:
             by = speeds[r]
             native = by.get((NATIVE_BYTES, NATIVE_BYTES))
@@ -61,15 +76,40 @@ def main(argv: list[str] | None = None) -> int:
             mean = np.array([np.mean(v) for v in by.values()])
             count = np.array([len(v) for v in by.values()])
             if len(mean) >= 2:
-                noisy = mean * (1 + rng.normal(0, 1, (args.draws, len(mean))) * sigma
-                                / np.sqrt(count))
-                oracle.append(float(np.mean(noisy[:, np.argmax(mean)] / noisy.max(axis=1))))
-        print(f"{framework}: {len(mine)} runs, one window's noise {sigma:.3f}; oracle scored "
-              f"against the noisy best {np.mean(oracle):.3f}; best of one window scored on the "
-              f"other {np.mean(split):.3f}; best over native by median windows, median "
+                oracle.append(_oracle(rng, mean, sigma / np.sqrt(count), args.draws))
+                oracle_seg.append(_oracle(rng, mean, np.sqrt(segment ** 2
+                                                             + sigma ** 2 / count), args.draws))
+        print(f"{framework}: {len(mine)} runs, one window's noise {sigma:.3f}, one segment's "
+              f"{segment:.3f} (from {same} segments of one-block plans); oracle scored against "
+              f"the noisy best {np.mean(oracle):.3f} (window noise), {np.mean(oracle_seg):.3f} "
+              f"(segment noise too); best of one window scored on the other "
+              f"{np.mean(split):.3f}; best over native by median windows, median "
               f"{np.median(over_native):.3f} ({min(over_native):.3f}-{max(over_native):.3f}, "
               f"native best in {sum(x <= 1.0 for x in over_native)} of {len(over_native)})")
     return 0
+
+
+def _segment_noise(runs: list[dict[tuple[int, int], list[float]]],
+                   same: list[set[tuple[int, int]]], window: float) -> tuple[float, int]:
+    """One segment's relative noise beyond its windows', pooled over the runs' groups of
+    configurations that run one plan; and how many segments it came from."""
+    squares, dof, segments = 0.0, 0, 0
+    for by, keys in zip(runs, same, strict=True):
+        if len(keys) < 2:
+            continue
+        logs = np.log([np.mean(by[k]) for k in keys])
+        windows = np.mean([window ** 2 / len(by[k]) for k in keys])
+        squares += float(np.sum((logs - logs.mean()) ** 2)) - windows * (len(keys) - 1)
+        dof += len(keys) - 1
+        segments += len(keys)
+    return (float(np.sqrt(max(squares, 0.0) / dof)) if dof else 0.0), segments
+
+
+def _oracle(rng: np.random.Generator, mean: NDArray[np.float64], noise: NDArray[np.float64],
+            draws: int) -> float:
+    """The measured best's own speed over the best of noisy measurements of every one."""
+    noisy = mean * (1 + rng.normal(0, 1, (draws, len(mean))) * noise)
+    return float(np.mean(noisy[:, np.argmax(mean)] / noisy.max(axis=1)))
 
 
 if __name__ == "__main__":

@@ -248,15 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     if (args.perf or args.sched) and shutil.which("perf") is None:
         p.error("--perf and --sched need perf on the PATH")
     root = Path(tempfile.mkdtemp(prefix="worker-profile-"))
-    for kind in kinds:
-        work = root / kind
+    for n, kind in enumerate(kinds):  # a kind may come again (alternating rounds)
+        work = root / (kind if kinds.index(kind) == n else f"{kind}-{n}")
         work.mkdir()
         found: dict[str, object] = {}
         watcher = threading.Thread(target=_watch, args=(
             work, MODULES[args.framework], args.after, args.seconds, args.spy, args.perf,
             args.sched, found))
         watcher.start()
-        spec = job_spec(kind, f"profile-{kind}", framework=args.framework, model=args.model,
+        spec = job_spec(kind, f"profile-{work.name}", framework=args.framework, model=args.model,
                         steps=args.steps)
         run = run_jobs([spec], rate=args.rate, out=work, echo=False)[0]
         watcher.join()

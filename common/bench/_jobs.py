@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
-from common.output import child_env
-from common.progress import NATIVE, parse
+from common.progress import NATIVE, parse, worker_env
 from common.units import format_bytes
 
 __all__ = ["JobRun", "JobSpec", "Window", "knobs_label", "run_jobs"]
@@ -85,8 +84,7 @@ class JobSpec:
         return cmd
 
     def env(self, log_dir: Path) -> dict[str, str]:
-        env = {"AUTOBYTE_LOG_DIR": str(log_dir), "OMP_NUM_THREADS": "1",
-               "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
+        env = {"AUTOBYTE_LOG_DIR": str(log_dir), **worker_env()}
         if self.shipped:
             return env
         env["AUTOBYTE_TUNER"] = "observe" if self.sweep else self.tuner

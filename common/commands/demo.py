@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
-from common.output import child_env
-from common.progress import parse
+from common.progress import parse, worker_env
 from common.units import parse_bytes, parse_rate
 
 __all__ = ["Phase", "register", "run_demo"]
@@ -112,8 +111,7 @@ def run_demo(*, frameworks: list[str], steps: int, window: int, rates: str,
                         "tuner": "--tuner", "window_steps": "--window"})  # before anything runs
     env = {"AUTOBYTE_TUNER": tuner, "AUTOBYTE_WINDOW_STEPS": str(window),
            "AUTOBYTE_PARTITION_BYTES": str(partition_bytes),
-           "AUTOBYTE_CREDIT_BYTES": str(credit_bytes),
-           "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", **child_env()}
+           "AUTOBYTE_CREDIT_BYTES": str(credit_bytes), **worker_env()}
     return [_run_job(fw, steps=steps, rates=rate_list, switch=switch, env=env, out=out / fw,
                      timeout=timeout) for fw in frameworks]
 

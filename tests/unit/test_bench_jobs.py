@@ -12,7 +12,7 @@ from common.bench._jobs import _short
 from common.config import Config
 from common.control import make_tuner
 from common.errors import ConfigError
-from common.progress import NATIVE, parse_sweep, sweep_config
+from common.progress import NATIVE, openblas_core, parse_sweep, sweep_config, worker_env
 
 K = 1024
 
@@ -31,6 +31,20 @@ def test_sweep_config_switches_on_its_period_and_stops_at_the_end() -> None:
     assert [sweep_config(sweep, 10, s) for s in (5, 10, 20, 30, 40)] == \
         [None, (2, 2), (3, 3), None, None]
     assert sweep_config([], 10, 10) is None
+
+
+def test_openblas_kernels_are_named_only_for_cpus_with_avx512(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    assert openblas_core(str(cpuinfo)) == "SkylakeX"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512_fp16x\n")
+    assert openblas_core(str(cpuinfo)) is None
+    assert openblas_core(str(tmp_path / "missing")) is None
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")  # the user's choice is theirs
+    env = worker_env()
+    assert "OPENBLAS_CORETYPE" not in env and env["OMP_NUM_THREADS"] == "1"
 
 
 def _window(first: int, last: int, speed: float, config: str, mean: float | None = None
