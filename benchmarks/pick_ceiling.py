@@ -98,7 +98,7 @@ def _segment_noise(runs: list[dict[tuple[int, int], list[float]]],
         if len(keys) < 2:
             continue
         logs = np.log([np.mean(by[k]) for k in keys])
-        windows = np.mean([window ** 2 / len(by[k]) for k in keys])
+        windows = float(np.mean([window ** 2 / len(by[k]) for k in keys]))
         squares += float(np.sum((logs - logs.mean()) ** 2)) - windows * (len(keys) - 1)
         dof += len(keys) - 1
         segments += len(keys)
