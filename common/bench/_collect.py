@@ -43,6 +43,7 @@ __all__ = [
     "samples_from_logs",
     "sweep_configs",
     "sweep_plan",
+    "visits",
 ]
 
 K = 1024
@@ -240,7 +241,7 @@ class SweepJob:
     framework: str
     model: str
     rate: str
-    configs: tuple[tuple[int, int], ...]
+    configs: tuple[tuple[int, int], ...]  # in the order visited: with passes, each again
     sweep_steps: int = SWEEP_STEPS
 
     @property
@@ -292,10 +293,12 @@ def estimated_step_s(framework: str, model: str, rate: str) -> float:
 
 def sweep_plan(*, frameworks: Sequence[str], models: Sequence[str], rates: Sequence[str],
                max_configs: int = 12, budget_s: float = 30.0, seed: int = 0,
-               sweep_steps: int = SWEEP_STEPS) -> list[SweepJob]:
+               sweep_steps: int = SWEEP_STEPS, passes: int = 1) -> list[SweepJob]:
     """One job per framework x model x rate; each sweeps as many configurations (4 to
-    ``max_configs``), ``sweep_steps`` steps each, as fit ``budget_s`` seconds of training at
-    its estimated step time."""
+    ``max_configs``), ``sweep_steps`` steps each, ``passes`` times, as fit ``budget_s``
+    seconds of training at its estimated step time. A second pass visits them again in
+    reverse order (``visits``), so a host whose speed drifts during a job weighs on every
+    configuration alike."""
     from common.progress import MODELS
     from common.units import parse_rate
 
@@ -308,6 +311,8 @@ def sweep_plan(*, frameworks: Sequence[str], models: Sequence[str], rates: Seque
         raise ConfigError("rates must name at least one link rate, e.g. 100mbit")
     for rate in rates:
         parse_rate(rate, "rate")
+    if passes not in (1, 2):
+        raise ConfigError(f"passes must be 1 or 2, got passes={passes}")
     if max_configs < 4:
         raise ConfigError(f"max_configs must be >= 4, got max_configs={max_configs}")
     if not budget_s > 0:
@@ -320,12 +325,22 @@ def sweep_plan(*, frameworks: Sequence[str], models: Sequence[str], rates: Seque
         for model in models:
             for rate in rates:
                 step = estimated_step_s(framework, model, rate)
-                count = max(4, min(max_configs, int(budget_s / (sweep_steps * step))))
+                count = max(4, min(max_configs,
+                                   int(budget_s / (passes * sweep_steps * step))))
                 name = f"{framework}-{model}-{rate}"
                 rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-                jobs.append(SweepJob(name, framework, model, rate, sweep_configs(count, rng),
-                                     sweep_steps))
+                jobs.append(SweepJob(name, framework, model, rate,
+                                     visits(sweep_configs(count, rng), passes), sweep_steps))
     return jobs
+
+
+def visits(configs: tuple[tuple[int, int], ...], passes: int) -> tuple[tuple[int, int], ...]:
+    """The order a sweep visits ``configs`` in: once, or then again backwards from the one
+    before the last (the last, just measured, comes at the very end)."""
+    if passes == 1:
+        return configs
+    back = configs[-2::-1]
+    return (*configs, *back, configs[-1])
 
 
 def run_sweeps(jobs: Sequence[SweepJob], *, out: Path, timeout: float = 300.0,
@@ -342,7 +357,7 @@ def run_sweeps(jobs: Sequence[SweepJob], *, out: Path, timeout: float = 300.0,
         spec = JobSpec(job.name, framework=job.framework, model=job.model, steps=job.steps,
                        window=WINDOW_STEPS, start=job.configs[0], sweep=job.configs,
                        sweep_steps=job.sweep_steps)
-        say(f"collect: job {i + 1}/{len(jobs)} {job.name}: {len(job.configs)} configurations, "
+        say(f"collect: job {i + 1}/{len(jobs)} {job.name}: {len(set(job.configs))} configurations, "
             f"{job.steps} steps")
         t0 = time.monotonic()
         try:

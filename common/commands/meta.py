@@ -170,6 +170,9 @@ def register(subparsers: Any) -> None:
     co.add_argument("--sweep-steps", type=int, default=15,
                     help="--run: steps per configuration (windows of 5: the first holds the "
                     "switch, the rest are samples; default 15)")
+    co.add_argument("--passes", type=int, default=1, choices=(1, 2),
+                    help="--run: 2 visits every configuration again, in reverse order, so a "
+                    "host whose speed drifts during a job weighs on all alike (default 1)")
     co.add_argument("--seed", type=int, default=0,
                     help="--run: which configurations are drawn (default 0)")
     co.add_argument("--logs", help="--run: folder for the jobs' logs (default runs/collect-<time>)")
@@ -276,9 +279,9 @@ def _collect(args: argparse.Namespace) -> int:
                           models=_split(args.models, "--models"),
                           rates=_split(args.rates, "--rates"), max_configs=args.max_configs,
                           budget_s=args.budget, seed=args.seed,
-                          sweep_steps=args.sweep_steps)
+                          sweep_steps=args.sweep_steps, passes=args.passes)
         logs_dir = Path(args.logs or time.strftime("runs/collect-%Y%m%d-%H%M%S"))
-        _say(f"collect: {len(jobs)} sweep jobs, {sum(len(j.configs) for j in jobs)} "
+        _say(f"collect: {len(jobs)} sweep jobs, {sum(len(set(j.configs)) for j in jobs)} "
              f"configurations, logs in {logs_dir}")
         logs, failed = run_sweeps(jobs, out=logs_dir, timeout=args.timeout,
                                   echo=not args.quiet, say=_say)

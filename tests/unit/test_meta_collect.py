@@ -5,13 +5,20 @@ so the conversion is checked against exactly what a job writes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from common.bench._collect import samples_from_log, samples_from_logs, sweep_configs, sweep_plan
+from common.bench._collect import (
+    samples_from_log,
+    samples_from_logs,
+    sweep_configs,
+    sweep_plan,
+    visits,
+)
 from common.cli import main
 from common.config import Config
 from common.decision_log import DecisionLog
@@ -203,3 +210,17 @@ def test_sweep_plan_spreads_configurations_and_refuses_bad_values() -> None:
         sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"], sweep_steps=9)
     with pytest.raises(ConfigError, match="max_configs must be >= 4"):
         sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"], max_configs=2)
+    with pytest.raises(ConfigError, match="passes must be 1 or 2, got passes=3"):
+        sweep_plan(frameworks=["tensorflow"], models=["cnn"], rates=["1gbit"], passes=3)
+
+
+def test_a_second_pass_visits_every_configuration_again_in_reverse() -> None:
+    assert visits(((1, 1), (2, 2), (3, 3)), 2) == ((1, 1), (2, 2), (3, 3), (2, 2), (1, 1),
+                                                   (3, 3))
+    once = sweep_plan(frameworks=["mxnet"], models=["mlp"], rates=["100mbit"], budget_s=300)[0]
+    twice = sweep_plan(frameworks=["mxnet"], models=["mlp"], rates=["100mbit"], budget_s=300,
+                       passes=2)[0]
+    drawn = set(twice.configs)
+    assert len(twice.configs) == 2 * len(drawn)  # each twice, in about the same time
+    assert len(drawn) < len(once.configs) and twice.steps <= once.steps + 2 * 15
+    assert all(a != b for a, b in itertools.pairwise(twice.configs))  # each visit switches
