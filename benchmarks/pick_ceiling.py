@@ -5,7 +5,8 @@
 `autobyte meta eval` scores a pick as its configuration's measured speed over the run's best
 measured one, and each configuration of a real sweep run is measured in about two 5-step
 windows of one segment (the steps between two switches). Per framework this prints:
-- one window's relative noise, from the two windows of one configuration;
+- one window's relative noise, from the two windows of one configuration (in a sweep of
+  ``meta collect --passes 2`` they come from two segments, and this reads both noises);
 - one segment's relative noise: configurations that run the same plan (one block holding
   every gradient, whatever the partition and credit) measured in different segments of a run
   differ by more than their windows do (in TensorFlow each segment is a new trace). Estimated
