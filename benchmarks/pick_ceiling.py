@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     for name, framework in ARCHS.items():
         mine = [r for r in speeds if arch_of[r] == name]
+        if not mine:
+            continue
         pairs = [(v[0] - v[1]) / np.mean(v[:2]) for r in mine for v in speeds[r].values()
                  if len(v) >= 2]
         sigma = float(np.std(pairs) / np.sqrt(2))  # one window's relative noise
