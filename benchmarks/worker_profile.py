@@ -248,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     if (args.perf or args.sched) and shutil.which("perf") is None:
         p.error("--perf and --sched need perf on the PATH")
     root = Path(tempfile.mkdtemp(prefix="worker-profile-"))
-    for n, kind in enumerate(kinds):  # a kind may come again (alternating rounds)
-        work = root / (kind if kinds.index(kind) == n else f"{kind}-{n}")
+    for n, kind in enumerate(kinds, 1):  # a kind may come again (alternating rounds)
+        work = root / f"{n}-{kind}"
         work.mkdir()
         found: dict[str, object] = {}
         watcher = threading.Thread(target=_watch, args=(

@@ -248,6 +248,11 @@ class SweepJob:
     def steps(self) -> int:
         return self.sweep_steps * len(self.configs)
 
+    @property
+    def drawn(self) -> int:
+        """How many configurations it measures (each visited once or twice)."""
+        return len(set(self.configs))
+
 
 FRAMEWORKS = ("tensorflow", "mxnet")
 
@@ -357,7 +362,7 @@ def run_sweeps(jobs: Sequence[SweepJob], *, out: Path, timeout: float = 300.0,
         spec = JobSpec(job.name, framework=job.framework, model=job.model, steps=job.steps,
                        window=WINDOW_STEPS, start=job.configs[0], sweep=job.configs,
                        sweep_steps=job.sweep_steps)
-        say(f"collect: job {i + 1}/{len(jobs)} {job.name}: {len(set(job.configs))} configurations, "
+        say(f"collect: job {i + 1}/{len(jobs)} {job.name}: {job.drawn} configurations, "
             f"{job.steps} steps")
         t0 = time.monotonic()
         try:

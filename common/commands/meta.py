@@ -281,7 +281,7 @@ def _collect(args: argparse.Namespace) -> int:
                           budget_s=args.budget, seed=args.seed,
                           sweep_steps=args.sweep_steps, passes=args.passes)
         logs_dir = Path(args.logs or time.strftime("runs/collect-%Y%m%d-%H%M%S"))
-        _say(f"collect: {len(jobs)} sweep jobs, {sum(len(set(j.configs)) for j in jobs)} "
+        _say(f"collect: {len(jobs)} sweep jobs, {sum(j.drawn for j in jobs)} "
              f"configurations, logs in {logs_dir}")
         logs, failed = run_sweeps(jobs, out=logs_dir, timeout=args.timeout,
                                   echo=not args.quiet, say=_say)
