@@ -54,6 +54,7 @@ class Plan:
     rates: tuple[str, ...] = ("100mbit", "1gbit")
     steps: int = 100
     job_steps: int | None = None  # convergence, dynamic, overhead: each its own when None
+    rounds: int = 1  # dynamic: the methods' jobs run this often, in turn
     out: Path = Path("runs/bench")
 
     @staticmethod
@@ -275,7 +276,10 @@ def dynamic(plan: Plan) -> Result:
     """The link alternates between two rates every 20 steps, in each framework, on the plan's
     first model: every method's throughput, AutoByte as shipped (from native, live meta
     tuning, its own window). BO-static is tuned before the run at its first rate, as
-    ByteScheduler tunes before training."""
+    ByteScheduler tunes before training. With ``plan.rounds`` > 1 the methods run in turn,
+    each round in the reverse order of the one before, so a host whose speed drifts over
+    minutes weighs on every method alike; a row gives each method's median throughput and
+    the median of the rounds' ratios."""
     high, low = "1gbit", "100mbit"  # the target's rates, whatever the plan sweeps elsewhere
     period = 20
     model = plan.models[0]
@@ -295,15 +299,26 @@ def dynamic(plan: Plan) -> Result:
             "bo-static": dataclasses.replace(job, name=f"dyn-{fw}-bo-static", start=bo_pick),
             "autobyte": dataclasses.replace(job, name=f"dyn-{fw}-autobyte", shipped=True),
         }
-        runs[framework] = {k: run_jobs([s], rate=high, rate_changes=changes,
-                                       out=plan.out / "jobs")[0] for k, s in specs.items()}
+        speeds: dict[str, list[float]] = {k: [] for k in specs}
+        for r in range(plan.rounds):
+            order = list(specs) if r % 2 == 0 else list(reversed(specs))
+            for k in order:
+                spec = specs[k] if plan.rounds == 1 else dataclasses.replace(
+                    specs[k], name=f"{specs[k].name}-r{r + 1}")
+                runs.setdefault(framework, {})[k] = run_jobs(
+                    [spec], rate=high, rate_changes=changes, out=plan.out / "jobs")[0]
+                speeds[k].append(throughput(runs[framework][k]))
+        by_round = [s / b for s, b in zip(speeds["autobyte"], speeds["baseline"], strict=True)]
         row: dict[str, Any] = {"framework": framework, "model": model,
                                "rates": f"{high}<->{low} every {period} steps",
                                "bo_static_config": knobs_label(*bo_pick)}
-        row.update({k: throughput(r) for k, r in runs[framework].items()})
-        row["autobyte/bo-static"] = row["autobyte"] / row["bo-static"]
-        row["autobyte/baseline"] = row["autobyte"] / row["baseline"]
+        row.update({k: statistics.median(v) for k, v in speeds.items()})
+        row["autobyte/bo-static"] = statistics.median(
+            a / b for a, b in zip(speeds["autobyte"], speeds["bo-static"], strict=True))
+        row["autobyte/baseline"] = statistics.median(by_round)
         row["autobyte_config"] = runs[framework]["autobyte"].windows[-1].config
+        row["rounds"] = plan.rounds
+        row["autobyte/baseline by round"] = " ".join(f"{x:.3f}" for x in by_round)
         rows.append(row)
     table = _fmt(rows, ["framework", "rates", "baseline", "default", "bo-static", "autobyte",
                         "bo_static_config", "autobyte/bo-static", "autobyte/baseline"])
@@ -332,6 +347,8 @@ def dynamic(plan: Plan) -> Result:
         plt.close(fig)
     notes = [f"target: AutoByte >= 1.0x baseline and >= 1.15x BO-static; measured "
              f"{r['framework']} {r['autobyte/baseline']:.3f}x, {r['autobyte/bo-static']:.3f}x"
+             + (f" (medians of {plan.rounds} rounds; x baseline by round: "
+                f"{r['autobyte/baseline by round']})" if plan.rounds > 1 else "")
              for r in rows]
     return Result("dynamic", rows, table, draw, notes)
 

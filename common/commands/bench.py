@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="steps of each convergence, dynamic and overhead job (each "
                    "experiment's own by default: fewer suit models of second-long steps)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="dynamic: run every method's job this often, in turn, each round in "
+                   "the reverse order (medians of rounds, for a host whose speed drifts; 1)")
     p.add_argument("--partitions", default=None,
                    help="comma-separated partition sizes of the measured grid (each with "
                    "credits of 1, 4 and 16 partitions); default 16KiB,64KiB,256KiB,1MiB,4MiB")
@@ -83,8 +86,10 @@ def _run(args: argparse.Namespace) -> int:
               "below are not applied and the comparison says little about networks")
     frameworks = _listed(args.frameworks, "--frameworks", "tensorflow and/or mxnet",
                          lambda f: f in ("tensorflow", "mxnet"))
+    if args.rounds < 1:
+        raise AutoByteError(f"--rounds must be at least 1, got --rounds {args.rounds}")
     plan = dataclasses.replace(Plan.make(args.quick, out), frameworks=frameworks,
-                               job_steps=args.steps)
+                               job_steps=args.steps, rounds=args.rounds)
     if args.models is not None:
         from common.progress import MODELS
 

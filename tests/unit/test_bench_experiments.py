@@ -132,6 +132,41 @@ def test_dynamic_runs_every_framework_with_bo_tuned_at_the_first_rate(
     assert "mxnet" in result.table and len(result.notes) == 2
 
 
+def test_dynamic_rounds_run_in_turn_and_report_medians(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """Each round runs the methods in the reverse order of the one before; the host here
+    slows by a tenth a job, so a method run last in one round runs early in the next, and the
+    ratios of each round's pair give the figure, not the pooled speeds."""
+    from common.bench import _experiments
+
+    plan = Plan(out=tmp_path, frameworks=("mxnet",), rounds=3)
+    monkeypatch.setattr(_experiments, "_grid",
+                        lambda *a: (None, _measured(plan, (64 * K, 256 * K))))
+    launched: list[JobSpec] = []
+
+    def run_jobs(specs: list[JobSpec], **_: object) -> list[JobRun]:
+        (spec,) = specs
+        launched.append(spec)
+        speed = (150.0 if spec.shipped else 100.0) * 0.9 ** len(launched)
+        windows = [Window(s + 1, s + spec.window, speed, speed, 0.0, "native", "1gbit")
+                   for s in range(0, spec.steps, spec.window)]
+        return [JobRun(spec, windows, 1.0, None)]
+
+    monkeypatch.setattr(_experiments, "run_jobs", run_jobs)
+    (row,) = _experiments.dynamic(plan).rows
+    names = [s.name for s in launched]
+    assert names[:4] == [f"dyn-mx-{k}-r1" for k in ("baseline", "default", "bo-static",
+                                                     "autobyte")]
+    assert names[4:8] == [f"dyn-mx-{k}-r2" for k in ("autobyte", "bo-static", "default",
+                                                      "baseline")]
+    assert len(names) == 12 and row["rounds"] == 3
+    # rounds 1 and 3 put the baseline three jobs earlier (0.9**3), round 2 three jobs later
+    by_round = [1.5 * 0.9 ** 3, 1.5 / 0.9 ** 3, 1.5 * 0.9 ** 3]
+    assert row["autobyte/baseline by round"] == " ".join(f"{x:.3f}" for x in by_round)
+    assert row["autobyte/baseline"] == pytest.approx(1.5 * 0.9 ** 3)
+    assert row["autobyte/bo-static"] == pytest.approx(1.5 * 0.9)
+
+
 def _fake_jobs(monkeypatch: pytest.MonkeyPatch, plan: Plan,
                best: dict[str, tuple[int, int]]) -> list[JobSpec]:
     """Grids whose optimum is ``best[framework]``; every job runs at its grid speed from its
@@ -253,7 +288,8 @@ def test_overhead_compares_each_frameworks_final_configuration_fixed(
                                          (["--rates", "1gbit,fast"], "--rates"),
                                          (["--partitions", "256KiB,2KiB"], "--partitions"),
                                          (["--partitions", "big"], "--partitions 'big'"),
-                                         (["--steps", "3"], "--steps 3")])
+                                         (["--steps", "3"], "--steps 3"),
+                                         (["--rounds", "0"], "--rounds 0")])
 def test_bench_names_a_bad_model_or_job_length(argv: list[str], named: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     from common.cli import main
@@ -277,10 +313,10 @@ def test_bench_options_reach_the_plan(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setitem(_experiments.EXPERIMENTS, "convergence", convergence)
     assert main(["bench", "convergence", "--out", str(tmp_path), "--frameworks", "mxnet",
                  "--models", "resnet", "--rates", "1gbit", "--steps", "60",
-                 "--partitions", "256KiB,1MiB"]) == 0
+                 "--partitions", "256KiB,1MiB", "--rounds", "4"]) == 0
     (plan,) = seen
-    assert (plan.frameworks, plan.models, plan.rates, plan.job_steps) == (
-        ("mxnet",), ("resnet",), ("1gbit",), 60)
+    assert (plan.frameworks, plan.models, plan.rates, plan.job_steps, plan.rounds) == (
+        ("mxnet",), ("resnet",), ("1gbit",), 60, 4)
     assert plan.partitions == (256 * 1024, 1024 * 1024)
     assert _experiments.grid_configs(plan)[:3] == [(256 * 1024, 256 * 1024 * m)
                                                   for m in plan.multiples]
