@@ -305,9 +305,10 @@ def dynamic(plan: Plan) -> Result:
             for k in order:
                 spec = specs[k] if plan.rounds == 1 else dataclasses.replace(
                     specs[k], name=f"{specs[k].name}-r{r + 1}")
-                runs.setdefault(framework, {})[k] = run_jobs(
-                    [spec], rate=high, rate_changes=changes, out=plan.out / "jobs")[0]
-                speeds[k].append(throughput(runs[framework][k]))
+                run = run_jobs([spec], rate=high, rate_changes=changes,
+                               out=plan.out / "jobs")[0]
+                runs.setdefault(framework, {})[k] = run  # the plot shows the last round
+                speeds[k].append(throughput(run))
         by_round = [s / b for s, b in zip(speeds["autobyte"], speeds["baseline"], strict=True)]
         row: dict[str, Any] = {"framework": framework, "model": model,
                                "rates": f"{high}<->{low} every {period} steps",
