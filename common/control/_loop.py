@@ -359,6 +359,8 @@ class TuningLoop:
             return None
         start = obs.last_step + 1 + self.lead(obs.step_time_s)
         step = -(-start // self.window_steps) * self.window_steps
+        if 0 < self._end_step <= step:
+            return None  # the job ends before the step it would apply at
         new = self.current.replace(partition_bytes=verdict.config.partition_bytes,
                                    credit_bytes=verdict.config.credit_bytes,
                                    scheduling=verdict.config.scheduling)

@@ -269,6 +269,18 @@ def test_guard_measures_native_first_and_keeps_a_faster_scheduled_configuration(
     assert events and "measure the framework's own path" in events[0]["reason"]
 
 
+def test_no_decision_names_a_step_the_job_never_reaches() -> None:
+    """A job ending at step 60 runs its last window from 50; a decision on it could only
+    apply at 70, so the loop makes none (the live test's tuner once 'moved' at its end step)."""
+    loop = TuningLoop(guard=False, config=A, tuner=ScriptedTuner([C, B, C, B, C, B]),
+                      trigger=ThresholdTrigger())
+    decisions = [loop.on_observation(observation(A, 100.0, first, end_step=60))
+                 for first in range(0, 60, 10)]
+    steps = [d.step for d in decisions if d is not None]
+    assert steps and all(s < 60 for s in steps)
+    assert decisions[-1] is None and decisions[-2] is None
+
+
 def test_a_move_the_model_leads_from_a_measured_configuration_is_kept_only_if_faster(
         tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
