@@ -30,6 +30,7 @@ PROBE_TRUST = 0.5  # the share of that gain counted: on unseen models most picks
 MAX_MISSES = 2  # scheduled configurations found slower than native before the model is not
 #                 followed to unmeasured ones (until conditions change)
 RECHECK_GAIN = 0.15  # a gain on native below this may be a phase of the machine: checked again
+#                     (a try from native is checked once whatever its gain: ``_confirm``)
 RECHECK_S = 10.0  # after this much training time on the scheduled configuration
 RECHECK_WINDOWS = 10  # (at least this many windows), doubling each time native is still slower
 JUDGED_WINDOWS = 3  # a try kept on its first windows is judged again until it has this many,
@@ -69,6 +70,7 @@ class Guard:
         self._windows = 0
         self._tried_ratio: float | None = None  # the model's pick over native, as it ranked it
         self._native_next = False  # a pick tried before native: native's window comes next
+        self._confirm = False  # a try from native was kept: native is measured again beside it
         self.enter(Conditions())
 
     def kept(self) -> Conditions:
@@ -109,6 +111,7 @@ class Guard:
         self.explored_from = None
         self.recheck_fresh = False
         self._native_next = False
+        self._confirm = False
         if changed:
             self._recheck_every = None
 
@@ -185,8 +188,10 @@ class Guard:
                            verdict.adapt)
         elif left is not None and not left.scheduling:
             here = self._try_speed()  # a probe from native: kept if faster over its trial
+            self._confirm = self.explored_from is None  # judged over its windows: kept
             if native is not None and here is not None and \
                     here <= native * (1 + self.noise_band):
+                self._confirm = False
                 self.explored_from = None
                 self.vetoed[knobs(loop.current)] = self._windows
                 self.misses += 1
@@ -225,10 +230,13 @@ class Guard:
         elif left is None and native is not None and (since := self._recheck_due()):
             self.explored_from = loop.current
             self.recheck_fresh = True  # judged on the windows to come
-            return Verdict("explore", loop.native, f"guard: native last measured {since:.0f} s "
-                           f"of training ago; measure it again for one window, beside "
-                           f"{loop.current.describe()}'s latest", verdict.gain, verdict.error,
-                           verdict.adapt)
+            why = f"{loop.current.describe()} was kept on its try against a native measured " \
+                f"before it" if self._confirm else f"native last measured {since:.0f} s of " \
+                "training ago"
+            self._confirm = False
+            return Verdict("explore", loop.native, f"guard: {why}; measure native again for "
+                           f"one window, beside {loop.current.describe()}'s latest",
+                           verdict.gain, verdict.error, verdict.adapt)
         barred = None
         if verdict.action != "stay":
             why = self._barred(verdict.config, native) if verdict.config.scheduling else ""
@@ -322,17 +330,36 @@ class Guard:
         run before fit ``guard_budget`` of it. Speeds on a busy machine drift by up to a tenth
         in phases lasting seconds, so such a gain, measured against native's windows of
         another phase, may not be there; measured next to each other, the two compare, and each
-        check that keeps the configuration doubles the wait for the next."""
+        check that keeps the configuration doubles the wait for the next. A try from native
+        kept on its windows (``_confirm``) is checked at once, whatever its gain, once what
+        the check costs (``_confirm_s``) fits ``guard_budget`` of the time trained and the job
+        has time left to pay it back: its native was measured before it, and a phase here
+        moves a whole job by a fifth (TensorFlow's cnn at 3gbit kept a try measured 17% above
+        a native of a slow phase, which then ran 11% below native for the rest of the job)."""
         loop = self.loop
         here, native = loop.measured(loop.current), loop.measured(loop.native)
         if not loop.current.scheduling or loop.native_s is None or here is None or \
-                native is None or here >= native * (1 + RECHECK_GAIN):
+                native is None:
             return 0.0
         since = loop.trained_s - loop.native_s
         back = loop.back_cost_s
         back = loop.switch_cost_s if back is None else back
+        if self._confirm:
+            cost = self._confirm_s(here, native, back)
+            affordable = cost <= self.guard_budget * loop.trained_s and not self._too_late(cost)
+            return max(since, 1e-9) if affordable else 0.0
+        if here >= native * (1 + RECHECK_GAIN):
+            return 0.0
         interval = self._recheck_interval()
         return since if since >= interval and 2 * back <= self.guard_budget * interval else 0.0
+
+    def _confirm_s(self, here: float, native: float, back: float) -> float:
+        """What measuring native beside a configuration running ``here`` (native measured at
+        ``native``) costs if the gain is real: the two switches (``back`` each) and native's
+        window with the decision's lead on each side, at native's speed."""
+        loop = self.loop
+        windows = 1 + 2 * math.ceil(loop.lead(loop.step_s) / loop.window_steps)
+        return 2 * back + windows * loop.window_s * max(0.0, 1.0 - native / here)
 
     def _best_measured(self, native: float) -> tuple[Config, float]:
         """Where a job leaving a slow configuration goes: the fastest one measured under the

@@ -564,6 +564,8 @@ def _native_start(predicted: dict[tuple[int, int, bool], float],
 
 # a model far off on an unseen job (its speeds a third of what runs) that still ranks B first
 FAR_OFF = {NATIVE: 40.0, knobs(A): 38.0, knobs(B): 50.0}
+# a try from native kept on its windows: native measured again beside it, then back to it
+CHECKED = [NATIVE, knobs(B)]
 
 
 def test_guard_probes_the_models_pick_against_its_own_prediction_of_native() -> None:
@@ -609,10 +611,10 @@ def test_a_model_that_ranks_native_first_gets_its_best_pick_tried_within_the_bud
     """Windows of 1 s: a miss (a quarter lost of one window, since a trial from native is left
     after one, then the decision back's lead of 0.3 s, a window once rounded up to a boundary)
     is 0.5 s, 2% of 25 s trained, so the model's best scheduled pick, B, is tried then, and
-    kept: it measures faster."""
+    kept: it measures faster, also beside native measured again after its try."""
     loop, switches = _budgeted_native_start({NATIVE: 120.0, knobs(A): 110.0,
                                              knobs(B): 150.0}, 120)
-    assert [knobs(c) for _, c in switches] == [knobs(B)], switches
+    assert [knobs(c) for _, c in switches] == [knobs(B), *CHECKED], switches
     assert 25.0 <= switches[0][0] <= 28.0
     assert loop.lost_s < 0  # B gains on native from then on
 
@@ -682,9 +684,10 @@ def test_a_probe_waits_until_the_predicted_gain_pays_for_the_switch() -> None:
 def test_a_predicted_gain_funds_its_probe_long_before_the_budget_would() -> None:
     """Windows of 1 s and switches that cost nothing: a miss is 0.5 s, which 2% of the time
     trained covers after 25 s, but half the 25% the model predicts for B covers it after 4 s:
-    B is probed then (in force a window later), measures faster, and stays."""
+    B is probed then (in force a window later), measures faster, and stays (native measured
+    again beside it once)."""
     _, switches = _probed_job(60)
-    assert [k for _, k in switches] == [knobs(B)], switches
+    assert [k for _, k in switches] == [knobs(B), *CHECKED], switches
     assert 4.0 <= switches[0][0] <= 6.0, switches
 
 
@@ -772,11 +775,11 @@ def test_a_prediction_never_leads_back_to_a_configuration_measured_slower() -> N
     native = A.replace(scheduling=False)
     loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
                       trigger=ThresholdTrigger(), explore_share=None)
-    applied = _run(loop, 8, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0})
-    assert [knobs(c) for _, c in applied] == [knobs(B)]
+    applied = _run(loop, 30, {NATIVE: 120.0, knobs(A): 110.0, knobs(B): 150.0})
+    assert [knobs(c) for _, c in applied] == [knobs(B), *CHECKED]
     loop.tuner._predictions = {NATIVE: 160.0, knobs(A): 100.0,  # type: ignore[union-attr]
                                knobs(B): 150.0}
-    for w in range(8, 16):
+    for w in range(30, 40):
         assert loop.on_observation(observation(B, 150.0, 10 * w)) is None
 
 
@@ -800,11 +803,12 @@ def test_after_a_pick_measured_slower_than_native_the_model_is_not_followed() ->
 
 def test_after_a_miss_a_pick_ranked_far_enough_above_native_is_still_tried() -> None:
     """The model ranked B 2.5x native and B ran 0.96x (overrated 2.6-fold). Adapted, it ranks C
-    3x native, 1.15x once discounted: C is tried, and kept (it gains). Ranked 2x, C would fall
-    below native once discounted, and native stays."""
+    3x native, 1.15x once discounted: C is tried, and kept (it gains, also beside native
+    measured again). Ranked 2x, C would fall below native once discounted, and native stays."""
     native = A.replace(scheduling=False)
     measured = {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 96.0, knobs(C): 130.0}
-    for ranked, tried in ((300.0, [knobs(B), NATIVE, knobs(C)]), (200.0, [knobs(B), NATIVE])):
+    for ranked, tried in ((300.0, [knobs(B), NATIVE, knobs(C), NATIVE, knobs(C)]),
+                          (200.0, [knobs(B), NATIVE])):
         tuner = PredictingTuner({NATIVE: 100.0, knobs(A): 50.0, knobs(B): 250.0,
                                  knobs(C): 60.0}, [native, A, B, C])
         loop = TuningLoop(config=native, tuner=tuner,  # the guard's moves only
@@ -871,7 +875,8 @@ def test_measured_gains_earn_room_for_more_tries() -> None:
     loop = TuningLoop(config=native, tuner=PredictingTuner(FAR_OFF, [native, A, B]),
                       trigger=ThresholdTrigger())
     applied = _run(loop, 80, {NATIVE: 100.0, knobs(A): 90.0, knobs(B): 150.0})
-    assert [knobs(c) for _, c in applied] == [knobs(B)]  # tried once affordable, and kept
+    # tried once affordable, and kept, also beside native measured again
+    assert [knobs(c) for _, c in applied] == [knobs(B), *CHECKED]
     assert loop.lost_s < 0  # B gains on native every window
 
 
@@ -1115,17 +1120,21 @@ def _phased(speed: Any, windows: int, tmp_path: Path) -> tuple[list[tuple[int, C
     return switches, reasons
 
 
+@pytest.mark.parametrize("slow", [90.0, 75.0])
 def test_a_gain_measured_against_a_slow_phase_of_native_is_checked_and_dropped(
-        tmp_path: Path) -> None:
-    """Native ran 100 and B runs 100, but the machine's slow phase (90) came right before the
-    probe: B is kept at 1.11x, and native measured again beside it sends the job back."""
+        tmp_path: Path, slow: float) -> None:
+    """Native ran 100 and B runs 100, but the machine's slow phase (``slow``) came right
+    before the probe: B is kept on its try (1.11x, or 1.33x: beyond ``RECHECK_GAIN``), and
+    native measured again beside it right after sends the job back."""
     def speed(config: Config, w: int) -> float:
-        return 90.0 if not config.scheduling and w < 4 else 100.0
+        return slow if not config.scheduling and w < 4 else 100.0
 
     switches, reasons = _phased(speed, 60, tmp_path)
     assert [knobs(c) for _, c in switches] == [knobs(B), NATIVE], switches
-    assert 10 <= switches[1][0] - switches[0][0] <= 14  # after 10 s of training on B
-    assert any("measure it again for one window" in r for r in reasons), reasons
+    # once what the check would cost if B's gain were real fits 5% of the time trained
+    assert switches[1][0] - switches[0][0] <= (4 if slow == 90.0 else 8) + 3, switches
+    assert any("was kept on its try against a native measured before it" in r
+               for r in reasons), reasons
     assert any("not faster beyond the noise band, so native stays" in r for r in reasons)
 
 
@@ -1158,9 +1167,9 @@ def test_a_probe_kept_on_one_fast_window_goes_back_when_its_next_windows_are_not
     assert not any("measure it again" in r for r in reasons), reasons
 
 
-def test_a_large_gain_is_not_checked_again(tmp_path: Path) -> None:
+def test_a_large_gain_is_checked_once_beside_native(tmp_path: Path) -> None:
     switches, _ = _phased(lambda c, w: 150.0 if c.scheduling else 100.0, 120, tmp_path)
-    assert [knobs(c) for _, c in switches] == [knobs(B)], switches
+    assert [knobs(c) for _, c in switches] == [knobs(B), *CHECKED], switches
 
 
 def _alternating(stretch: int) -> Callable[[Config, int], float]:
