@@ -344,8 +344,8 @@ class Guard:
         since = loop.trained_s - loop.native_s
         back = loop.back_cost_s
         back = loop.switch_cost_s if back is None else back
-        if self._confirm:
-            cost = self._confirm_s(here, native, back)
+        if self._confirm:  # both switches go to configurations traced already
+            cost = self._confirm_s(here, native, loop.back_cost_s or 0.0)
             affordable = cost <= self.guard_budget * loop.trained_s and not self._too_late(cost)
             return max(since, 1e-9) if affordable else 0.0
         if here >= native * (1 + RECHECK_GAIN):
@@ -355,7 +355,9 @@ class Guard:
 
     def _confirm_s(self, here: float, native: float, back: float) -> float:
         """What measuring native beside a configuration running ``here`` (native measured at
-        ``native``) costs if the gain is real: the two switches (``back`` each) and native's
+        ``native``) costs if the gain is real: the two switches (``back`` each: both go to a
+        configuration run before, which costs a TensorFlow job no trace, so before one is
+        measured nothing: a first trace would price the check out of most jobs) and native's
         window with the decision's lead on each side, at native's speed."""
         loop = self.loop
         windows = 1 + 2 * math.ceil(loop.lead(loop.step_s) / loop.window_steps)
