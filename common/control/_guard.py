@@ -342,14 +342,14 @@ class Guard:
                 native is None:
             return 0.0
         since = loop.trained_s - loop.native_s
-        back = loop.back_cost_s
-        back = loop.switch_cost_s if back is None else back
         if self._confirm:  # both switches go to configurations traced already
             cost = self._confirm_s(here, native, loop.back_cost_s or 0.0)
             affordable = cost <= self.guard_budget * loop.trained_s and not self._too_late(cost)
             return max(since, 1e-9) if affordable else 0.0
         if here >= native * (1 + RECHECK_GAIN):
             return 0.0
+        back = loop.back_cost_s
+        back = loop.switch_cost_s if back is None else back
         interval = self._recheck_interval()
         return since if since >= interval and 2 * back <= self.guard_budget * interval else 0.0
 
