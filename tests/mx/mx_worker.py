@@ -251,6 +251,7 @@ def main() -> int:
                 if v is not None}
         kv = autobyte_mx.AutoByte(model_name=a.model, tuning=tuning_options(a),
                                   sample_every=a.sample_every, **opts)
+        kv.expect_steps(a.steps)  # as a user who knows the job's length: no decision past it
     elif a.kv == "autobyte-env":  # the plain string path: kvstore='autobyte', knobs from env
         kv = "autobyte"
     hyper: dict[str, float] = {"learning_rate": 0.05, "wd": 1e-4}
